@@ -1,0 +1,9 @@
+"""The backfill: the seed's join from round sources to `tangle.rollout.v1` lines and stats.
+
+Pure functions of what the readers in `rollout_assets.sources` return; no Dagster here.
+"""
+
+from rollout_assets.backfill.join import CellRow, RoundBackfill, choose_transcript, utc_now_iso
+from rollout_assets.backfill.stats import BackfillStats
+
+__all__ = ["BackfillStats", "CellRow", "RoundBackfill", "choose_transcript", "utc_now_iso"]

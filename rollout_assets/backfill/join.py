@@ -1,0 +1,227 @@
+"""The backfill join: one round outDir plus its harness stores → a stream of ledger lines.
+
+Owns the order of lines and which source record each line comes from (the seed's JOIN):
+manifest entries in order (baseline, then generation, candidate); within an entry, cells by
+(scenarioId, rep), each supervisor line directly followed by its worker lines; then all
+proposer lines by receipt path. Lines are produced as a stream and the stats are counted as
+they pass, so a huge round is never held in memory.
+
+The join is split into stages (cell rows, worker lines of a batch of cells, proposer lines)
+so the Dagster layer can store each stage on its own while producing the same lines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import islice
+from pathlib import Path
+from typing import Any, Self
+
+from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line, worker_line
+from rollout_assets.backfill.stats import BackfillStats
+from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
+from rollout_assets.sources.jsonfiles import read_json_or_none
+from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
+from rollout_assets.sources.round import (
+    RoundManifest,
+    ShotReceiptFile,
+    build_manifest,
+    list_shot_receipts,
+    read_shot_receipt,
+    read_supervisor_result,
+    worker_cwds_of,
+)
+
+# Cells per batched opencode session query: bounds memory while keeping queries few.
+CELL_BATCH = 256
+# A transcript may start up to this long before the shot's start or after its end.
+WINDOW_SLACK_MS = 120_000
+
+
+def utc_now_iso() -> str:
+    """ISO-8601 UTC with milliseconds, as JavaScript's Date.toISOString writes it."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class CellRow:
+    """One campaign cell: its supervisor line and the distinct worker cwds its result.json lists."""
+
+    supervisor: dict[str, Any]
+    worker_cwds: list[str]
+
+
+class RoundBackfill:
+    """The backfill of one round. Building it reads the manifest and fails loud on corrupt evidence.
+
+    Use as a context manager (it holds the opencode store open), then iterate `lines()`
+    once; `stats` is complete when the iteration ends.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        *,
+        opencode_db: str | os.PathLike[str],
+        claude_projects_dir: str | os.PathLike[str],
+        captured_at: str | None = None,
+        manifest: RoundManifest | None = None,
+    ):
+        self.manifest = manifest if manifest is not None else build_manifest(out_dir)
+        self.out_dir = self.manifest.out_dir
+        self.claude_projects_dir = Path(os.path.abspath(claude_projects_dir))
+        self.context = LineContext(
+            run_id=self.manifest.run_id,
+            captured_at=captured_at or utc_now_iso(),
+            instance_count=len(self.manifest.instances),
+        )
+        self.store = OpencodeStore.open(opencode_db)
+        self.stats = BackfillStats(opencode_db_available=self.store is not None)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the whole round ---------------------------------------------------
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        """Every line of the round in ledger order, counted into `stats` as it passes."""
+        for batch in _batches(self.cell_rows(), CELL_BATCH):
+            sessions = self.sessions_for(batch)
+            for row in batch:
+                self.stats.observe(row.supervisor)
+                yield row.supervisor
+                for line in self.worker_lines(row, sessions):
+                    self.stats.observe(line)
+                    yield line
+        for line in self.proposer_lines():
+            self.stats.observe(line)
+            yield line
+
+    # -- stage 1: cells and supervisor lines -------------------------------
+
+    def cell_rows(self) -> Iterator[CellRow]:
+        for entry in self.manifest.entries:
+            for cell in entry.cells:
+                result = read_supervisor_result(cell.run_dir)
+                verdict = read_json_or_none(os.path.join(cell.run_dir, "judge.json")) if cell.run_dir else None
+                line = supervisor_line(self.context, entry, cell, result=result, verdict=verdict)
+                yield CellRow(supervisor=line, worker_cwds=worker_cwds_of(result))
+
+    # -- stage 2: worker sessions -------------------------------------------
+
+    def sessions_for(self, rows: Iterable[CellRow]) -> dict[str, list[OpencodeSession]]:
+        """The opencode sessions of every worker cwd of `rows`, in one batched lookup."""
+        if self.store is None:
+            return {}
+        return self.store.sessions_by_directory(cwd for row in rows for cwd in row.worker_cwds)
+
+    def worker_lines(
+        self, row: CellRow, sessions_by_cwd: dict[str, list[OpencodeSession]]
+    ) -> Iterator[dict[str, Any]]:
+        """For each distinct cwd: one line per session, or exactly one gap line when there is none."""
+        available = self.store is not None
+        for cwd in row.worker_cwds:
+            sessions = sessions_by_cwd.get(cwd, [])
+            if not sessions:
+                yield worker_line(self.context, row.supervisor, cwd, None, [], store_available=available)
+                continue
+            for session in sessions:
+                assert self.store is not None
+                messages = self.store.session_messages(session.id)
+                yield worker_line(self.context, row.supervisor, cwd, session, messages, store_available=available)
+
+    # -- stage 3: proposer shots ----------------------------------------------
+
+    def proposer_lines(self) -> Iterator[dict[str, Any]]:
+        cache = _WorktreeTranscripts(self.claude_projects_dir)
+        for shot in list_shot_receipts(self.out_dir):
+            receipt = read_shot_receipt(shot)
+            entry = self.manifest.entry_for(shot.generation, shot.candidate_index)
+            candidates = cache.candidates(self.out_dir, shot)
+            transcript = choose_transcript(candidates, receipt)
+            yield proposer_line(self.context, str(self.out_dir), shot, receipt, entry, transcript)
+
+
+def _batches(rows: Iterable[CellRow], size: int) -> Iterator[list[CellRow]]:
+    iterator = iter(rows)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+class _WorktreeTranscripts:
+    """Parsed transcripts of the current worktree, so each file is read once.
+
+    Receipts are processed in path order, which keeps the shots of one worktree together;
+    only one worktree's transcripts are held at a time.
+    """
+
+    def __init__(self, projects_dir: Path):
+        self.projects_dir = projects_dir
+        self._worktree: str | None = None
+        self._transcripts: list[ClaudeTranscript] = []
+
+    def candidates(self, out_dir: Path, shot: ShotReceiptFile) -> list[ClaudeTranscript]:
+        worktree = shot.worktree_cwd(out_dir)
+        if worktree != self._worktree:
+            # The worktree path is built from the outDir; a moved or symlinked outDir
+            # may have been recorded by Claude Code under its real path instead.
+            real_worktree = shot.worktree_cwd(Path(os.path.realpath(out_dir)))
+            files = transcript_files([worktree, real_worktree], self.projects_dir)
+            self._transcripts = [read_transcript(path) for path in files]
+            self._worktree = worktree
+        # A file without any main-thread conversation line (a sidechain-only agent file)
+        # is not a proposer session: it counts neither for the window nor for "the only one".
+        return [t for t in self._transcripts if t.main_thread_lines > 0]
+
+
+def parse_iso_ms(value: Any) -> float | None:
+    """Epoch milliseconds of an ISO-8601 string; None where JavaScript's Date.parse gives NaN.
+
+    A date-time without an offset is read as UTC (Date.parse would use the host's zone).
+    """
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp() * 1000
+
+
+def choose_transcript(candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None) -> ClaudeTranscript | None:
+    """The transcript of a shot (inputs.md §6), or None when none matches."""
+    receipt = receipt or {}
+    started = parse_iso_ms(receipt.get("startedAt"))
+    completed = parse_iso_ms(receipt.get("completedAt"))
+    windowed: list[tuple[ClaudeTranscript, float | None]] = []
+    for transcript in candidates:
+        if transcript.started_at is None:
+            continue
+        start = parse_iso_ms(transcript.started_at)
+        if started is None or completed is None:
+            in_window = len(candidates) == 1
+        else:
+            in_window = start is not None and started - WINDOW_SLACK_MS <= start <= completed + WINDOW_SLACK_MS
+        if in_window:
+            windowed.append((transcript, start))
+    if not windowed:
+        return None
+
+    def distance(item: tuple[ClaudeTranscript, float | None]) -> float:
+        start = item[1]
+        return 0.0 if start is None or started is None else abs(start - started)
+
+    # Stable sort: on a tie the first candidate in file-name order wins.
+    return min(windowed, key=distance)[0]

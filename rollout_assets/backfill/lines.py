@@ -1,0 +1,382 @@
+"""One function per role, building `tangle.rollout.v1` lines as plain dicts (rollout-v1.md).
+
+Pure: every input is already read (cell record, result.json, judge.json, session rows,
+transcripts); nothing here touches the disk. Every optional field is read behind its own
+type guard and becomes null, never a made-up default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from rollout_assets.backfill import gaps
+from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id, worker_rollout_id
+from rollout_assets.ledger import ROLLOUT_SCHEMA
+from rollout_assets.sources.claude import ClaudeTranscript
+from rollout_assets.sources.jsonfiles import (
+    integer_or_none,
+    is_number,
+    is_record,
+    number_or_none,
+    round_half_up,
+    string_or_none,
+    to_json_text,
+)
+from rollout_assets.sources.opencode import OpencodeSession
+from rollout_assets.sources.round import CampaignEntry, CellRecord, ShotReceiptFile, candidate_id
+
+OFFICIAL_JUDGE = "swe-arena-official-judge"
+CELL_SUITE = "swe-bench-verified"
+PROPOSER_SUITE = "swe-arena-proposer"
+
+
+@dataclass(frozen=True)
+class LineContext:
+    """What every line of one round shares."""
+
+    run_id: str
+    captured_at: str
+    instance_count: int
+
+
+def _provenance(ctx: LineContext, gap: str | None) -> dict[str, Any]:
+    provenance: dict[str, Any] = {"captured_at": ctx.captured_at, "capture": "backfill"}
+    if gap is not None:
+        provenance["gap"] = gap
+    return provenance
+
+
+def _line(
+    ctx: LineContext,
+    *,
+    rollout_id: str,
+    parent_rollout_id: str | None,
+    generation: int,
+    candidate_index: int,
+    role: str,
+    task: dict[str, Any],
+    policy: dict[str, Any],
+    messages: list[dict[str, Any]],
+    outcome: dict[str, Any],
+    cost: dict[str, Any],
+    artifacts: dict[str, Any],
+    gap: str | None,
+) -> dict[str, Any]:
+    return {
+        "schema": ROLLOUT_SCHEMA,
+        "rollout_id": rollout_id,
+        "parent_rollout_id": parent_rollout_id,
+        "run_id": ctx.run_id,
+        "experiment_id": None,
+        "candidate_id": candidate_id(generation, candidate_index),
+        "generation": generation,
+        "candidate_index": candidate_index,
+        "role": role,
+        "task": task,
+        "policy": policy,
+        "messages": messages,
+        "tool_defs": [],
+        "outcome": {**outcome, "realness_gated": False},
+        "cost": cost,
+        "artifacts": artifacts,
+        "provenance": _provenance(ctx, gap),
+    }
+
+
+def _js_number(value: float) -> int | float:
+    """A whole float as int, so 2/2 is written `1` as JavaScript writes it, not `1.0`."""
+    return int(value) if value.is_integer() else value
+
+
+def split_model_ref(ref: Any) -> tuple[str | None, str | None]:
+    """`provider/model` split at the first slash; a bare string is a model without provider."""
+    if not isinstance(ref, str) or not ref:
+        return None, None
+    provider, slash, model = ref.partition("/")
+    return (provider, model) if slash else (None, ref)
+
+
+def cell_reward(cell: CellRecord) -> int | float | None:
+    """The official judge's composite, else 1/0 from a boolean `resolved`, else None (no verdict)."""
+    judge_scores = cell.record.get("judgeScores")
+    official = judge_scores.get(OFFICIAL_JUDGE) if is_record(judge_scores) else None
+    composite = official.get("composite") if is_record(official) else None
+    if is_number(composite):
+        return composite
+    artifact = cell.artifact
+    if artifact is not None and isinstance(artifact.get("resolved"), bool):
+        return 1 if artifact["resolved"] else 0
+    return None
+
+
+def _cell_error(cell: CellRecord) -> str | None:
+    error = cell.record.get("error")
+    if error is None:
+        return None
+    # The schema wants a string; a non-string error is kept as its JSON text, not dropped.
+    return error if isinstance(error, str) else to_json_text(error)
+
+
+def supervisor_line(
+    ctx: LineContext,
+    entry: CampaignEntry,
+    cell: CellRecord,
+    *,
+    result: dict[str, Any] | None,
+    verdict: Any,
+) -> dict[str, Any]:
+    """One campaign cell's supervisor episode: always a gap line (the brain keeps stats only)."""
+    artifact = cell.artifact
+    artifact_or_empty = artifact or {}
+    run_dir = cell.run_dir
+    reward = cell_reward(cell)
+    provider, model = split_model_ref(cell.record.get("resolvedModel"))
+    result_or_empty = result or {}
+    sup_status = string_or_none(result_or_empty.get("sup_status"))
+    subtasks = result_or_empty.get("subtasks")
+    error = _cell_error(cell)
+    # A cell whose arm ran (runDir known) but left no readable result.json: its workers
+    # existed, yet none can be listed. Say so instead of silently emitting no worker line.
+    worker_list_missing = run_dir is not None and result is None
+    metrics: dict[str, Any] = {
+        "resolved": artifact_or_empty.get("resolved"),
+        "verify_pass": artifact_or_empty.get("verifyPass"),
+        "patch_lines": artifact_or_empty.get("patchLines"),
+        "judge_attempts": artifact_or_empty.get("judgeAttempts"),
+        "judge_wall_s": artifact_or_empty.get("judgeWallS"),
+        # Supervisor-tree spend; the durable episode receipt is cost.usd. recovered_tokens
+        # is the EPISODE total (workers included): do not sum tokens across roles.
+        "spent_tokens": artifact_or_empty.get("spentTokens"),
+        "spent_usd": artifact_or_empty.get("spentUsd"),
+        "recovered_tokens": artifact_or_empty.get("recoveredTokens"),
+        "sup_status": sup_status,
+        "sup_verdict": string_or_none(result_or_empty.get("sup_verdict")),
+        "spawned": number_or_none(result_or_empty.get("spawned")),
+        "workers": number_or_none(result_or_empty.get("workers")),
+        "settled": number_or_none(result_or_empty.get("settled")),
+        "subtasks": subtasks if isinstance(subtasks, list) else None,
+        "cached": cell.record.get("cached"),
+    }
+    if worker_list_missing:
+        metrics["worker_list_missing"] = True
+    return _line(
+        ctx,
+        rollout_id=supervisor_rollout_id(
+            ctx.run_id, candidate_id(entry.generation, entry.candidate_index), cell.scenario_id, cell.rep
+        ),
+        parent_rollout_id=None,
+        generation=entry.generation,
+        candidate_index=entry.candidate_index,
+        role="supervisor",
+        task=_cell_task(cell),
+        policy={
+            "harness": "pi-loops",
+            "harness_version": None,
+            "model": model,
+            "provider": provider,
+            "profile_commit": cell.commit if cell.commit is not None else entry.commit,
+            "sampling": None,
+        },
+        messages=[],
+        outcome={
+            "reward": reward,
+            "reward_source": None if reward is None else OFFICIAL_JUDGE,
+            "verdict": verdict,
+            "metrics": metrics,
+            # `"error": null` is no error: only a present, non-null error fails the cell.
+            "is_completed": artifact is not None and error is None,
+            "is_truncated": sup_status == "running",
+            "error": error,
+        },
+        cost={
+            "usd": number_or_none(cell.record.get("costUsd")),
+            # The brain's token split is not recorded (brain.jsonl is stats-only);
+            # totals live in metrics.spent_tokens / recovered_tokens.
+            "tokens_in": None,
+            "tokens_out": None,
+            "tokens_reasoning": None,
+            "cache_read": None,
+            "cache_write": None,
+            "wall_s": number_or_none(artifact_or_empty.get("wallS")),
+        },
+        artifacts={
+            "patch_path": string_or_none(artifact_or_empty.get("patchPath")),
+            "run_dir": run_dir,
+            "transcript_ref": os.path.join(run_dir, "brain.jsonl") if run_dir is not None else None,
+        },
+        gap=gaps.supervisor_gap(worker_list_missing),
+    )
+
+
+def _cell_task(cell: CellRecord) -> dict[str, Any]:
+    return {
+        "suite": CELL_SUITE,
+        "instance_id": cell.scenario_id,
+        "split": "search",
+        "seed": integer_or_none(cell.record.get("seed")),
+        "rep": cell.rep,
+    }
+
+
+def worker_line(
+    ctx: LineContext,
+    supervisor: dict[str, Any],
+    worker_cwd: str,
+    session: OpencodeSession | None,
+    messages: list[dict[str, Any]],
+    *,
+    store_available: bool,
+) -> dict[str, Any]:
+    """One opencode worker session of a cell (or the gap line of a cwd without one).
+
+    Everything the worker shares with its episode (coordinates, task, profile commit,
+    run dir, reward) is taken from the supervisor line, so the two cannot disagree.
+    """
+    reward = supervisor["outcome"]["reward"]
+    if messages:
+        gap = None
+    elif session is None:
+        gap = gaps.no_opencode_session(worker_cwd) if store_available else gaps.opencode_unavailable(worker_cwd)
+    else:
+        gap = gaps.opencode_session_empty(session.id)
+    wall_s = None
+    if session is not None and session.time_created is not None and session.time_updated is not None:
+        wall_s = round_half_up((session.time_updated - session.time_created) / 1000)
+    return _line(
+        ctx,
+        rollout_id=worker_rollout_id(supervisor["rollout_id"], worker_cwd, session.id if session else None),
+        parent_rollout_id=supervisor["rollout_id"],
+        generation=supervisor["generation"],
+        candidate_index=supervisor["candidate_index"],
+        role="worker",
+        task=supervisor["task"],
+        policy={
+            "harness": "opencode",
+            "harness_version": None,
+            "model": session.model_id if session is not None else None,
+            "provider": session.provider_id if session is not None else None,
+            "profile_commit": supervisor["policy"]["profile_commit"],
+            "sampling": None,
+        },
+        messages=messages,
+        outcome={
+            # Episode-level credit: the worker has no verdict of its own.
+            "reward": reward,
+            "reward_source": None if reward is None else f"{OFFICIAL_JUDGE}/inherited",
+            "verdict": None,
+            "metrics": {
+                "worker_cwd": worker_cwd,
+                "session_agent": session.agent if session is not None else None,
+                "session_parent_id": session.parent_id if session is not None else None,
+                "has_session": session is not None,
+            },
+            # A session with no readable parts is a gap line, not a completed invocation:
+            # training filters keyed on is_completed alone would otherwise pull empty transcripts.
+            "is_completed": session is not None and len(messages) > 0,
+            "is_truncated": False,
+            "error": None,
+        },
+        cost={
+            "usd": session.cost_usd if session is not None else None,
+            "tokens_in": session.tokens_input if session is not None else None,
+            "tokens_out": session.tokens_output if session is not None else None,
+            "tokens_reasoning": session.tokens_reasoning if session is not None else None,
+            "cache_read": session.tokens_cache_read if session is not None else None,
+            "cache_write": session.tokens_cache_write if session is not None else None,
+            "wall_s": wall_s,
+        },
+        artifacts={
+            "patch_path": None,
+            "run_dir": supervisor["artifacts"]["run_dir"],
+            "transcript_ref": f"opencode:{session.id}" if session is not None else None,
+        },
+        gap=gap,
+    )
+
+
+def proposer_line(
+    ctx: LineContext,
+    out_dir: str,
+    shot: ShotReceiptFile,
+    receipt: dict[str, Any] | None,
+    entry: CampaignEntry | None,
+    transcript: ClaudeTranscript | None,
+) -> dict[str, Any]:
+    """One proposer shot, joined to its Claude transcript when one matched the time window."""
+    receipt_or_empty = receipt or {}
+    worktree_cwd = shot.worktree_cwd(out_dir)
+    shot_candidate = candidate_id(shot.generation, shot.candidate_index)
+    # The proposer's reward is its candidate's official resolved fraction; fail-closed
+    # null when the candidate has no scored entry.
+    reward = None
+    if entry is not None and ctx.instance_count > 0:
+        reward = _js_number(entry.resolved_count / ctx.instance_count)
+    if transcript is None:
+        gap: str | None = gaps.no_claude_transcript(worktree_cwd)
+    elif not transcript.messages:
+        gap = gaps.claude_transcript_empty(str(transcript.path))
+    else:
+        gap = None
+    duration_ms = receipt_or_empty.get("durationMs")
+    exit_code = receipt_or_empty.get("exitCode")
+    model = transcript.model if transcript is not None else None
+    return _line(
+        ctx,
+        rollout_id=proposer_rollout_id(ctx.run_id, shot.relative_path(out_dir)),
+        parent_rollout_id=None,
+        generation=shot.generation,
+        candidate_index=shot.candidate_index,
+        role="proposer",
+        task={
+            "suite": PROPOSER_SUITE,
+            "instance_id": shot_candidate if shot.author is None else f"{shot_candidate}-{shot.author}",
+            "split": "search",
+            "seed": None,
+            "rep": shot.shot,
+        },
+        policy={
+            "harness": string_or_none(receipt_or_empty.get("harness")),
+            "harness_version": None,
+            "model": model if model is not None else string_or_none(receipt_or_empty.get("model")),
+            "provider": None,
+            "profile_commit": entry.commit if entry is not None else None,
+            "sampling": None,
+        },
+        messages=transcript.messages if transcript is not None else [],
+        outcome={
+            "reward": reward,
+            "reward_source": None if reward is None else f"{OFFICIAL_JUDGE}/candidate-resolved-fraction",
+            "verdict": None,
+            "metrics": {
+                "resolved_count": entry.resolved_count if entry is not None else None,
+                "instance_count": ctx.instance_count,
+                "exit_code": number_or_none(exit_code),
+                "timed_out": receipt_or_empty.get("timedOut")
+                if isinstance(receipt_or_empty.get("timedOut"), bool)
+                else None,
+                "author": shot.author,
+                "max_shots": number_or_none(receipt_or_empty.get("maxShots")),
+                "prompt_sha256": string_or_none(receipt_or_empty.get("promptSha256")),
+            },
+            "is_completed": is_number(exit_code) and exit_code == 0,
+            "is_truncated": receipt_or_empty.get("timedOut") is True,
+            "error": string_or_none(receipt_or_empty.get("error")),
+        },
+        cost={
+            "usd": number_or_none(receipt_or_empty.get("costUsd")),
+            "tokens_in": transcript.usage.tokens_in if transcript is not None else None,
+            "tokens_out": transcript.usage.tokens_out if transcript is not None else None,
+            "tokens_reasoning": None,
+            "cache_read": transcript.usage.cache_read if transcript is not None else None,
+            "cache_write": transcript.usage.cache_write if transcript is not None else None,
+            "wall_s": round_half_up(duration_ms / 1000) if is_number(duration_ms) else None,
+        },
+        artifacts={
+            "patch_path": entry.diff_path if entry is not None else None,
+            "run_dir": worktree_cwd,
+            "transcript_ref": str(transcript.path) if transcript is not None else shot.path,
+        },
+        gap=gap,
+    )

@@ -1,0 +1,89 @@
+"""The backfill's counters, kept incrementally as lines stream past.
+
+Every counter is derived from the lines themselves (plus whether the opencode store was
+available), so the command line and the Dagster assets count the same way, and a stream
+of any size is counted without being held. One counter per failure mode, so a join failure
+(no session for a cwd) cannot hide a store failure (a session with no readable parts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout_assets.backfill import gaps
+
+
+@dataclass
+class BackfillStats:
+    lines: int = 0
+    by_role: dict[str, int] = field(default_factory=dict)
+    full_transcripts: int = 0
+    gap_lines: int = 0
+    reward_labeled: int = 0
+    worker_sessions_joined: int = 0
+    # Worker cwds with no opencode session row (store available or not): a join failure.
+    worker_cwds_missed: int = 0
+    # Sessions found but carrying no readable message parts: a store failure.
+    worker_sessions_empty: int = 0
+    proposer_shots_joined: int = 0
+    proposer_shots_missed: int = 0
+    opencode_db_available: bool = False
+    # Shots joined to a transcript that holds no conversation (counted as joined too).
+    proposer_transcripts_empty: int = 0
+    # Cells whose result.json is missing or unreadable: their worker sessions cannot be listed.
+    cells_without_worker_list: int = 0
+    by_gap_kind: dict[str, int] = field(default_factory=dict)
+
+    def observe(self, line: dict[str, Any]) -> None:
+        """Count one line of the ledger."""
+        role = line["role"]
+        self.lines += 1
+        self.by_role[role] = self.by_role.get(role, 0) + 1
+        has_messages = len(line["messages"]) > 0
+        if has_messages:
+            self.full_transcripts += 1
+        else:
+            self.gap_lines += 1
+        if line["outcome"]["reward"] is not None:
+            self.reward_labeled += 1
+        gap = line["provenance"].get("gap")
+        kind = gaps.gap_kind(gap) if isinstance(gap, str) else None
+        if kind is not None:
+            self.by_gap_kind[kind] = self.by_gap_kind.get(kind, 0) + 1
+        metrics = line["outcome"]["metrics"]
+        if role == "supervisor" and metrics.get("worker_list_missing") is True:
+            self.cells_without_worker_list += 1
+        elif role == "worker":
+            if metrics.get("has_session") is not True:
+                self.worker_cwds_missed += 1
+            elif has_messages:
+                self.worker_sessions_joined += 1
+            else:
+                self.worker_sessions_empty += 1
+        elif role == "proposer":
+            if kind == gaps.KIND_NO_CLAUDE_TRANSCRIPT:
+                self.proposer_shots_missed += 1
+            else:
+                self.proposer_shots_joined += 1
+                if kind == gaps.KIND_CLAUDE_TRANSCRIPT_EMPTY:
+                    self.proposer_transcripts_empty += 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The seed's key names and order, then this project's additional counters."""
+        return {
+            "lines": self.lines,
+            "byRole": dict(self.by_role),
+            "fullTranscripts": self.full_transcripts,
+            "gapLines": self.gap_lines,
+            "rewardLabeled": self.reward_labeled,
+            "workerSessionsJoined": self.worker_sessions_joined,
+            "workerCwdsMissed": self.worker_cwds_missed,
+            "workerSessionsEmpty": self.worker_sessions_empty,
+            "proposerShotsJoined": self.proposer_shots_joined,
+            "proposerShotsMissed": self.proposer_shots_missed,
+            "opencodeDbAvailable": self.opencode_db_available,
+            "proposerTranscriptsEmpty": self.proposer_transcripts_empty,
+            "cellsWithoutWorkerList": self.cells_without_worker_list,
+            "byGapReason": dict(sorted(self.by_gap_kind.items())),
+        }

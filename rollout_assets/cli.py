@@ -1,0 +1,152 @@
+"""The `rollout-assets` command line: the core without Dagster.
+
+    rollout-assets backfill OUTDIR OUT.jsonl [--opencode-db PATH] [--claude-projects DIR]
+    rollout-assets manifest OUTDIR
+    rollout-assets schema
+    rollout-assets demo ROOT
+
+`backfill` keeps the seed's contract: the stats JSON (2-space indent) on stdout, then
+`rollout ledger → OUT (N lines)`. Corrupt evidence exits 1 with one line naming the file
+and the problem, and writes no ledger (an existing file at OUT stays as it was).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.backfill import RoundBackfill
+from rollout_assets.ledger import LedgerValidationError, LedgerWriter, rollout_json_schema
+from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
+from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
+from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollout-assets", description="Turn improvement-loop rounds into tangle.rollout.v1 ledgers."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    backfill = commands.add_parser("backfill", help="write the rollout ledger of one round outDir")
+    backfill.add_argument("out_dir", metavar="OUTDIR", help="the round's outDir")
+    backfill.add_argument("ledger_path", metavar="OUT.jsonl", help="where to write the ledger")
+    backfill.add_argument("--opencode-db", default=DEFAULT_OPENCODE_DB, metavar="PATH")
+    backfill.add_argument("--claude-projects", default=DEFAULT_CLAUDE_PROJECTS_DIR, metavar="DIR")
+    backfill.add_argument(
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="progress bar on stderr (auto: only on a terminal)",
+    )
+
+    manifest = commands.add_parser("manifest", help="print the manifest JSON of one round outDir")
+    manifest.add_argument("out_dir", metavar="OUTDIR")
+
+    commands.add_parser("schema", help="print the JSON Schema of a tangle.rollout.v1 line")
+
+    demo = commands.add_parser("demo", help="write demo rounds and matching harness stores into ROOT")
+    demo.add_argument("root", metavar="ROOT")
+    return parser
+
+
+def _is_inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _with_progress(lines: Iterator[dict[str, Any]], total_cells: int, enabled: bool) -> Iterator[dict[str, Any]]:
+    """Pass lines through, drawing a one-line progress bar over the round's cells on stderr."""
+    if not enabled:
+        yield from lines
+        return
+    done = 0
+    width = 30
+    for line in lines:
+        yield line
+        if line["role"] == "supervisor":
+            done += 1
+            if done % 50 == 0 or done == total_cells:
+                filled = width * done // max(total_cells, 1)
+                sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total_cells} cells")
+                sys.stderr.flush()
+    if total_cells:
+        sys.stderr.write("\n")
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    out_dir = resolve_out_dir(args.out_dir)
+    ledger_path = Path(args.ledger_path)
+    if _is_inside(ledger_path, out_dir):
+        # Inputs are read-only: nothing is ever written inside a round.
+        raise _UsageError(f"refusing to write the ledger inside the round outDir {out_dir}")
+    with RoundBackfill(
+        out_dir, opencode_db=args.opencode_db, claude_projects_dir=args.claude_projects
+    ) as backfill:
+        total_cells = sum(len(entry.cells) for entry in backfill.manifest.entries)
+        show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+        with LedgerWriter(ledger_path) as writer:
+            for line in _with_progress(backfill.lines(), total_cells, show_progress):
+                writer.write(line)
+        stats = backfill.stats
+    print(json.dumps(stats.to_json(), indent=2, ensure_ascii=False))
+    print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
+    return 0
+
+
+def run_manifest(args: argparse.Namespace) -> int:
+    print(json.dumps(build_manifest(args.out_dir).to_json(), indent=2, ensure_ascii=False))
+    return 0
+
+
+def run_schema(_: argparse.Namespace) -> int:
+    print(json.dumps(rollout_json_schema(), indent=2))
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from rollout_assets.demo import write_demo
+
+    layout = write_demo(args.root)
+    print(f"demo rounds      → {layout.rounds_root} ({len(layout.rounds)} rounds)")
+    for round_dir in layout.rounds:
+        print(f"  {round_dir.name}")
+    print(f"opencode store   → {layout.opencode_db}")
+    print(f"claude projects  → {layout.claude_projects_dir}")
+    return 0
+
+
+_COMMANDS = {"backfill": run_backfill, "manifest": run_manifest, "schema": run_schema, "demo": run_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)  # exits 2 with a usage line on bad arguments
+    try:
+        return _COMMANDS[args.command](args)
+    except _UsageError as error:
+        parser.print_usage(sys.stderr)
+        print(f"rollout-assets: error: {error}", file=sys.stderr)
+        return 2
+    except (RoundInputError, LedgerValidationError, FileExistsError) as error:
+        print(f"rollout-assets: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The ledger file API: validate every line, write atomically, read back loudly.
+
+Owns the JSONL file of `tangle.rollout.v1` lines: UTF-8, one compact JSON object per line,
+`\\n` after every line. Does not own what goes into a line (backfill/) nor what a valid
+line is (ledger/schema.py).
+
+Lines are plain dicts produced elsewhere. The writer validates each one and writes the
+dict itself, key order included: it never rewrites a line through the model.
+"""
+
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, Self
+
+from pydantic import ValidationError
+
+from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, RolloutLine
+
+StrPath = str | os.PathLike[str]
+
+
+class LedgerValidationError(ValueError):
+    """A line handed to the writer is not a valid `tangle.rollout.v1` line."""
+
+
+class LedgerReadError(ValueError):
+    """A ledger file is corrupt; the message starts with `path:lineno:`."""
+
+
+def _rollout_id_of(line: Any) -> str:
+    if isinstance(line, dict) and isinstance(line.get("rollout_id"), str):
+        return repr(line["rollout_id"])
+    return "<no rollout_id>"
+
+
+def serialize_line(line: dict[str, Any]) -> str:
+    """Validate one line and return its compact JSON, without the trailing newline."""
+    try:
+        RolloutLine.model_validate(line)
+    except ValidationError as error:
+        raise LedgerValidationError(
+            f"rollout {_rollout_id_of(line)} is not a valid {ROLLOUT_SCHEMA} line: {error}"
+        ) from error
+    try:
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        # The model accepts a few non-JSON Python values (a model instance, a tuple of
+        # messages); the file must hold plain JSON only.
+        raise LedgerValidationError(f"rollout {_rollout_id_of(line)} is not plain JSON: {error}") from error
+
+
+class LedgerWriter:
+    """Streams lines into a ledger that appears at `path` only once it is complete.
+
+    Lines go to `.<basename>.<random>.tmp` in the same folder (so the final rename stays on
+    one filesystem and is atomic). A clean exit fsyncs the file, renames it onto `path`
+    and fsyncs the folder; any exception deletes the temp file and leaves an existing
+    ledger at `path` byte-identical. Readers never see a half-written ledger.
+    """
+
+    def __init__(self, path: StrPath) -> None:
+        self.path = Path(path)
+        self.count = 0
+        self._temp_path: Path | None = None
+        self._file: BinaryIO | None = None
+
+    def __enter__(self) -> Self:
+        if self._file is not None:
+            raise RuntimeError(f"LedgerWriter for {self.path} is already open")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._temp_path = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
+        # O_EXCL: never share a temp file with a concurrent writer. Mode 0o666 under the
+        # umask, so the ledger gets ordinary permissions (mkstemp would make it 0600).
+        descriptor = os.open(self._temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        self._file = os.fdopen(descriptor, "wb")
+        self.count = 0
+        return self
+
+    def write(self, line: dict[str, Any]) -> None:
+        """Validate `line` and append it; a bad line raises LedgerValidationError."""
+        if self._file is None:
+            raise RuntimeError("LedgerWriter.write called outside its `with` block")
+        text = serialize_line(line)
+        self._file.write(text.encode("utf-8") + b"\n")
+        self.count += 1
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self._discard()
+            return
+        try:
+            self._commit()
+        except BaseException:
+            self._discard()
+            raise
+
+    def _commit(self) -> None:
+        assert self._file is not None and self._temp_path is not None
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        os.replace(self._temp_path, self.path)
+        self._temp_path = None
+        # The rename is durable only once the folder entry itself is on disk.
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+    def _discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._temp_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._temp_path.unlink()
+            self._temp_path = None
+
+
+def write_ledger(path: StrPath, lines: Iterable[dict[str, Any]]) -> int:
+    """Write `lines` as the ledger at `path`, all or nothing; returns the line count."""
+    with LedgerWriter(path) as writer:
+        for line in lines:
+            writer.write(line)
+    return writer.count
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_line(raw: bytes, path: StrPath, lineno: int) -> dict[str, Any]:
+    """Decode one raw line (newline included) into a JSON object, or say what is wrong."""
+    if not raw.endswith(b"\n"):
+        raise LedgerReadError(f"{path}:{lineno}: missing final newline (the last line is cut off)")
+    if not raw.strip():
+        raise LedgerReadError(f"{path}:{lineno}: blank line")
+    try:
+        text = raw[:-1].decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise LedgerReadError(f"{path}:{lineno}: invalid UTF-8: {error}") from error
+    try:
+        line = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        # json's own "line 1" would contradict our line number; the column is what helps.
+        raise LedgerReadError(
+            f"{path}:{lineno}: invalid JSON: {error.msg} at column {error.colno}"
+        ) from error
+    except ValueError as error:  # NaN / Infinity from _reject_constant, oversized ints
+        raise LedgerReadError(f"{path}:{lineno}: invalid JSON: {error}") from error
+    if not isinstance(line, dict):
+        raise LedgerReadError(f"{path}:{lineno}: a line must be a JSON object, not {type(line).__name__}")
+    return line
+
+
+def _read_validated(path: StrPath) -> Iterator[tuple[dict[str, Any], RolloutLine]]:
+    # Binary iteration streams one line at a time and lets us see a missing last newline.
+    with open(path, "rb") as ledger_file:
+        for lineno, raw in enumerate(ledger_file, start=1):
+            line = _parse_line(raw, path, lineno)
+            try:
+                rollout = RolloutLine.model_validate(line)
+            except ValidationError as error:
+                raise LedgerReadError(
+                    f"{path}:{lineno}: rollout {_rollout_id_of(line)} is not a valid "
+                    f"{ROLLOUT_SCHEMA} line: {error}"
+                ) from error
+            yield line, rollout
+
+
+def read_ledger(path: StrPath) -> Iterator[RolloutLine]:
+    """Yield the validated lines of a ledger as models, failing at the first bad line."""
+    for _, rollout in _read_validated(path):
+        yield rollout
+
+
+def read_ledger_dicts(path: StrPath) -> Iterator[dict[str, Any]]:
+    """Yield the validated lines of a ledger as the plain dicts stored in the file."""
+    for line, _ in _read_validated(path):
+        yield line

@@ -1,0 +1,243 @@
+"""The Claude Code transcript reader: proposer sessions (inputs.md §5).
+
+Owns: locating a working directory's project folder, and parsing one transcript file into
+chat messages, token usage, start/end times and the model. Does not own: which transcript a
+shot joins to (the join's time window), nor any ledger line.
+
+A transcript file is read once, as a stream of lines. Blank and malformed lines are skipped;
+sub-agent (`isSidechain`) lines are separate invocations and are left out of the main thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.sources.jsonfiles import NotJson, is_number, is_record, parse_json, to_json_text
+
+DEFAULT_CLAUDE_PROJECTS_DIR = os.path.join(os.path.expanduser("~"), ".claude", "projects")
+
+# Claude Code writes this as the model of the error messages it makes up itself
+# (API errors, interrupted turns); it never names a model that produced a turn.
+SYNTHETIC_MODEL = "<synthetic>"
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9-]")
+
+
+def claude_project_slug(cwd: str) -> str:
+    """Claude Code's project-folder name for a working directory."""
+    return _SLUG_UNSAFE.sub("-", cwd)
+
+
+def transcript_files(cwd_variants: list[str], projects_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every `.jsonl` file of the project folders of `cwd_variants`, each folder in sorted name order.
+
+    Several spellings of one cwd (its absolute path and its real path) can map to
+    different folders; a folder reached twice is listed once.
+    """
+    files: list[Path] = []
+    seen_folders: set[str] = set()
+    for cwd in cwd_variants:
+        folder = Path(projects_dir) / claude_project_slug(cwd)
+        if str(folder) in seen_folders:
+            continue
+        seen_folders.add(str(folder))
+        try:
+            names = sorted(name for name in os.listdir(folder) if name.endswith(".jsonl"))
+        except OSError:
+            continue  # a missing or unreadable folder holds no transcript
+        files.extend(folder / name for name in names)
+    return files
+
+
+@dataclass
+class ClaudeUsage:
+    tokens_in: int | float = 0
+    tokens_out: int | float = 0
+    cache_read: int | float = 0
+    cache_write: int | float = 0
+
+    def add(self, usage: dict[str, Any]) -> None:
+        self.tokens_in += _count(usage.get("input_tokens"))
+        self.tokens_out += _count(usage.get("output_tokens"))
+        self.cache_read += _count(usage.get("cache_read_input_tokens"))
+        self.cache_write += _count(usage.get("cache_creation_input_tokens"))
+
+
+def _count(value: Any) -> int | float:
+    return value if is_number(value) else 0
+
+
+@dataclass
+class ClaudeTranscript:
+    """One parsed transcript file."""
+
+    path: Path
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    usage: ClaudeUsage = field(default_factory=ClaudeUsage)
+    started_at: str | None = None
+    ended_at: str | None = None
+    model: str | None = None
+    # Main-thread conversation lines read. A file with none (an `agent-*.jsonl` holding
+    # only sub-agent lines) is not a proposer session at all.
+    main_thread_lines: int = 0
+
+
+def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
+    """Parse one transcript file; an unreadable file reads as an empty transcript."""
+    transcript = ClaudeTranscript(path=Path(path))
+    parser = _TranscriptParser(transcript)
+    try:
+        with open(path, "rb") as handle:
+            for raw_line in handle:
+                parser.feed(raw_line)
+    except OSError:
+        return ClaudeTranscript(path=Path(path))
+    return transcript
+
+
+class _TranscriptParser:
+    """Line-by-line state: merges the block lines of one API message into one assistant turn."""
+
+    def __init__(self, transcript: ClaudeTranscript):
+        self.transcript = transcript
+        self.open_turn_id: str | None = None
+        self.open_turn: dict[str, Any] | None = None
+        # Usage is counted once per API message id, whatever its block lines hold:
+        # Claude Code repeats the message's usage on every block line.
+        self.usage_counted_ids: set[str] = set()
+
+    def feed(self, raw_line: bytes) -> None:
+        line = raw_line.decode("utf-8", errors="replace")
+        if not line.strip():
+            return
+        try:
+            entry = parse_json(line)
+        except NotJson:
+            return
+        if not is_record(entry) or entry.get("type") not in ("user", "assistant"):
+            return
+        if entry.get("isSidechain") is True:
+            return
+        message = entry.get("message")
+        if not is_record(message):
+            return
+        transcript = self.transcript
+        transcript.main_thread_lines += 1
+        timestamp = entry.get("timestamp")
+        if isinstance(timestamp, str):
+            if transcript.started_at is None:
+                transcript.started_at = timestamp
+            transcript.ended_at = timestamp
+        if entry["type"] == "user":
+            self._user(message)
+        else:
+            self._assistant(message)
+
+    def _user(self, message: dict[str, Any]) -> None:
+        self.open_turn_id = None
+        self.open_turn = None
+        content = message.get("content")
+        if isinstance(content, str):
+            self.transcript.messages.append({"role": "user", "content": content})
+            return
+        if not isinstance(content, list):
+            return
+        # Tool results answer the previous assistant turn; plain text follows them.
+        user_text = ""
+        for block in content:
+            if not is_record(block):
+                continue
+            if block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                self.transcript.messages.append(
+                    {"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result_text(block)}
+                )
+            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                user_text = _append_line(user_text, block["text"])
+        if user_text:
+            self.transcript.messages.append({"role": "user", "content": user_text})
+
+    def _assistant(self, message: dict[str, Any]) -> None:
+        model = message.get("model")
+        if isinstance(model, str) and model != SYNTHETIC_MODEL:
+            self.transcript.model = model
+        api_id = message.get("id") if isinstance(message.get("id"), str) else None
+        usage = message.get("usage")
+        if is_record(usage) and (api_id is None or api_id not in self.usage_counted_ids):
+            self.transcript.usage.add(usage)
+            if api_id is not None:
+                self.usage_counted_ids.add(api_id)
+        content = message.get("content")
+        if not isinstance(content, list):
+            return
+        reasoning, text, tool_calls = _assistant_blocks(content)
+        if not reasoning and not text and not tool_calls:
+            return  # a line with none of these adds nothing
+        continues_turn = api_id is not None and api_id == self.open_turn_id and self.open_turn is not None
+        if continues_turn:
+            turn = self.open_turn
+            assert turn is not None
+            if text:
+                turn["content"] = text if turn["content"] is None else f"{turn['content']}\n{text}"
+            if reasoning:
+                previous = turn.get("reasoning_content")
+                turn["reasoning_content"] = reasoning if previous is None else f"{previous}\n{reasoning}"
+            if tool_calls:
+                turn["tool_calls"] = [*turn.get("tool_calls", []), *tool_calls]
+            return
+        turn = {"role": "assistant", "content": text if text else None}
+        if reasoning:
+            turn["reasoning_content"] = reasoning
+        if tool_calls:
+            turn["tool_calls"] = tool_calls
+        self.transcript.messages.append(turn)
+        self.open_turn_id = api_id
+        self.open_turn = turn
+
+
+def _append_line(accumulated: str, addition: str) -> str:
+    """Join with a newline only after non-empty text, exactly as the reference reader does."""
+    return accumulated + ("\n" if accumulated else "") + addition
+
+
+def _assistant_blocks(content: list[Any]) -> tuple[str, str, list[dict[str, Any]]]:
+    reasoning = ""
+    text = ""
+    tool_calls: list[dict[str, Any]] = []
+    for block in content:
+        if not is_record(block):
+            continue
+        kind = block.get("type")
+        if kind == "thinking" and isinstance(block.get("thinking"), str) and block["thinking"]:
+            reasoning = _append_line(reasoning, block["thinking"])
+        elif kind == "text" and isinstance(block.get("text"), str):
+            text = _append_line(text, block["text"])
+        elif kind == "tool_use" and isinstance(block.get("id"), str):
+            name = block.get("name")
+            arguments = block.get("input")
+            tool_calls.append(
+                {
+                    "id": block["id"],
+                    "type": "function",
+                    "function": {
+                        "name": name if isinstance(name, str) else "unknown",
+                        "arguments": to_json_text({} if arguments is None else arguments),
+                    },
+                }
+            )
+    return reasoning, text, tool_calls
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    """A tool_result's text: its string content, or its text blocks joined by newlines."""
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        b["text"] for b in content if is_record(b) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )

@@ -1,0 +1,275 @@
+"""The opencode store reader: worker sessions and their transcripts (inputs.md §4).
+
+Owns: opening the SQLite store read-only, finding the sessions of worker directories, and
+turning a session's messages and parts into OpenAI chat-with-tools messages. Does not own:
+which cwds to look up (the round) or the ledger line built around a session (the join).
+
+The store is opened through SQLite's read-only URI, so nothing is ever written to it. A store
+that is missing, cannot be opened or fails its first read is "no store" (`None`), never an
+exception: the round still completes, with labeled gap lines.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import quote
+
+from rollout_assets.sources.jsonfiles import NotJson, is_number, is_record, parse_json, to_json_text
+
+DEFAULT_OPENCODE_DB = os.path.join(os.path.expanduser("~"), ".local", "share", "opencode", "opencode.db")
+
+# Cost and token columns arrived in later opencode versions; an older store lacks them,
+# and a missing column reads as null (unmeasured), never as 0.
+_SESSION_COLUMNS = (
+    "id",
+    "parent_id",
+    "directory",
+    "agent",
+    "model",
+    "cost",
+    "tokens_input",
+    "tokens_output",
+    "tokens_reasoning",
+    "tokens_cache_read",
+    "tokens_cache_write",
+    "time_created",
+    "time_updated",
+)
+_REQUIRED_SESSION_COLUMNS = {"id", "directory"}
+
+# SQLite's default limit on host parameters is 999 on old builds: stay below it.
+_DIRECTORY_BATCH = 500
+
+
+@dataclass(frozen=True)
+class OpencodeSession:
+    """One row of the `session` table, with the model JSON unpacked."""
+
+    id: str
+    parent_id: Any
+    directory: str
+    agent: Any
+    model_id: Any
+    provider_id: Any
+    cost_usd: int | float | None
+    tokens_input: int | float | None
+    tokens_output: int | float | None
+    tokens_reasoning: int | float | None
+    tokens_cache_read: int | float | None
+    tokens_cache_write: int | float | None
+    time_created: int | float | None
+    time_updated: int | float | None
+
+
+class OpencodeStore:
+    """A read-only connection to one opencode database."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection, session_columns: set[str]):
+        self.path = path
+        self._connection = connection
+        self._session_columns = session_columns
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> OpencodeStore | None:
+        """Open the store read-only; None when it is missing, unreadable or corrupt."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+        try:
+            connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        except sqlite3.Error:
+            return None
+        try:
+            # The first read proves the file is a database with a session table:
+            # corrupt stores exist in the wild and fail right here.
+            columns = {row[1] for row in connection.execute("PRAGMA table_info(session)")}
+            connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
+            connection.execute("SELECT 1 FROM part LIMIT 1").fetchall()
+        except sqlite3.Error:
+            connection.close()
+            return None
+        if not _REQUIRED_SESSION_COLUMNS <= columns:
+            connection.close()
+            return None
+        return cls(path, connection, columns)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sessions_by_directory(self, directories: Iterable[str]) -> dict[str, list[OpencodeSession]]:
+        """Sessions whose `directory` is one of `directories`, oldest first per directory.
+
+        One indexed-or-scanned query per batch of directories, not one full scan per worker.
+        """
+        wanted = list(dict.fromkeys(directories))
+        found: dict[str, list[OpencodeSession]] = {}
+        select = ", ".join(
+            column if column in self._session_columns else f"NULL AS {column}" for column in _SESSION_COLUMNS
+        )
+        for start in range(0, len(wanted), _DIRECTORY_BATCH):
+            batch = wanted[start : start + _DIRECTORY_BATCH]
+            placeholders = ", ".join("?" for _ in batch)
+            rows = self._connection.execute(
+                f"SELECT {select} FROM session WHERE directory IN ({placeholders}) ORDER BY time_created, id",
+                batch,
+            )
+            for row in rows:
+                session = _session_from_row(row)
+                if session is not None:
+                    found.setdefault(session.directory, []).append(session)
+        return found
+
+    def session_messages(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's transcript as chat messages; [] when nothing readable is left.
+
+        A read that fails half-way (a store corrupted after it opened) yields [] too: the
+        join labels that session "no readable message parts" instead of losing the round.
+        """
+        try:
+            messages = self._connection.execute(
+                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id", (session_id,)
+            ).fetchall()
+            parts: dict[Any, list[Any]] = {}
+            for message_id, data in self._connection.execute(
+                "SELECT p.message_id, p.data FROM part AS p JOIN message AS m ON m.id = p.message_id "
+                "WHERE m.session_id = ? ORDER BY p.id",
+                (session_id,),
+            ):
+                parts.setdefault(message_id, []).append(data)
+        except sqlite3.Error:
+            return []
+        chat: list[dict[str, Any]] = []
+        for message_id, data in messages:
+            message = _json_object(data)
+            if message is None:
+                continue  # a malformed message is skipped; the rest is kept
+            part_records = [p for p in (_json_object(d) for d in parts.get(message_id, [])) if p is not None]
+            role = message.get("role")
+            if role == "user":
+                chat.append(_user_message(part_records))
+            elif role == "assistant":
+                chat.extend(_assistant_messages(part_records))
+        return chat
+
+
+def _number(value: Any) -> int | float | None:
+    return value if is_number(value) else None
+
+
+def _session_from_row(row: tuple[Any, ...]) -> OpencodeSession | None:
+    values = dict(zip(_SESSION_COLUMNS, row))
+    if not isinstance(values["id"], str) or not isinstance(values["directory"], str):
+        return None
+    model = _json_object(values["model"]) or {}
+    return OpencodeSession(
+        id=values["id"],
+        parent_id=values["parent_id"],
+        directory=values["directory"],
+        agent=values["agent"],
+        model_id=model.get("id"),
+        provider_id=model.get("providerID"),
+        cost_usd=_number(values["cost"]),
+        tokens_input=_number(values["tokens_input"]),
+        tokens_output=_number(values["tokens_output"]),
+        tokens_reasoning=_number(values["tokens_reasoning"]),
+        tokens_cache_read=_number(values["tokens_cache_read"]),
+        tokens_cache_write=_number(values["tokens_cache_write"]),
+        time_created=_number(values["time_created"]),
+        time_updated=_number(values["time_updated"]),
+    )
+
+
+def _json_object(data: Any) -> dict[str, Any] | None:
+    if not isinstance(data, (str, bytes)):
+        return None
+    try:
+        value = parse_json(data)
+    except NotJson:
+        return None
+    return value if is_record(value) else None
+
+
+def _user_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    texts = [p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
+    return {"role": "user", "content": "\n".join(texts)}
+
+
+def _assistant_messages(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cut an assistant message into steps at each `step-start`; one chat turn per non-empty step."""
+    steps: list[list[dict[str, Any]]] = [[]]
+    for part in parts:
+        if part.get("type") == "step-start":
+            steps.append([])
+        else:
+            steps[-1].append(part)
+    chat: list[dict[str, Any]] = []
+    for step in steps:
+        chat.extend(_step_messages(step))
+    return chat
+
+
+def _step_messages(step: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    texts: list[str] = []
+    reasoning: list[str] = []
+    tool_parts: list[dict[str, Any]] = []
+    for part in step:
+        kind = part.get("type")
+        text = part.get("text")
+        if kind == "text" and isinstance(text, str):
+            texts.append(text)
+        elif kind == "reasoning" and isinstance(text, str) and text:
+            reasoning.append(text)
+        elif kind == "tool" and isinstance(part.get("callID"), str):
+            # A tool part without a call id cannot be answered by a tool message
+            # (tool_call_id is required), so it is unreadable and skipped.
+            tool_parts.append(part)
+    if not texts and not reasoning and not tool_parts:
+        return []
+    assistant: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    if reasoning:
+        assistant["reasoning_content"] = "\n".join(reasoning)
+    if tool_parts:
+        assistant["tool_calls"] = [_tool_call(part) for part in tool_parts]
+    return [assistant, *(_tool_result(part) for part in tool_parts)]
+
+
+def _tool_name(part: dict[str, Any]) -> str:
+    name = part.get("tool")
+    return name if isinstance(name, str) else "unknown"
+
+
+def _tool_state(part: dict[str, Any]) -> dict[str, Any]:
+    state = part.get("state")
+    return state if is_record(state) else {}
+
+
+def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
+    arguments = _tool_state(part).get("input")
+    return {
+        "id": part["callID"],
+        "type": "function",
+        "function": {"name": _tool_name(part), "arguments": to_json_text({} if arguments is None else arguments)},
+    }
+
+
+def _tool_result(part: dict[str, Any]) -> dict[str, Any]:
+    output = _tool_state(part).get("output")
+    if output is None:
+        content = ""
+    elif isinstance(output, str):
+        content = output
+    else:
+        content = to_json_text(output)
+    return {"role": "tool", "tool_call_id": part["callID"], "name": _tool_name(part), "content": content}
