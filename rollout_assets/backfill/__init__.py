@@ -3,7 +3,26 @@
 Pure functions of what the readers in `rollout_assets.sources` return; no Dagster here.
 """
 
-from rollout_assets.backfill.join import CellRow, RoundBackfill, choose_transcript, utc_now_iso
+from rollout_assets.backfill.join import (
+    CellRow,
+    RoundBackfill,
+    cell_rows,
+    choose_transcript,
+    episode_lines,
+    line_context,
+    proposer_lines,
+    utc_now_iso,
+)
 from rollout_assets.backfill.stats import BackfillStats
 
-__all__ = ["BackfillStats", "CellRow", "RoundBackfill", "choose_transcript", "utc_now_iso"]
+__all__ = [
+    "BackfillStats",
+    "CellRow",
+    "RoundBackfill",
+    "cell_rows",
+    "choose_transcript",
+    "episode_lines",
+    "line_context",
+    "proposer_lines",
+    "utc_now_iso",
+]

@@ -54,8 +54,84 @@ class CellRow:
     worker_cwds: list[str]
 
 
+def cell_rows(manifest: RoundManifest, context: LineContext) -> Iterator[CellRow]:
+    """Stage 1: every cell's supervisor line and worker cwds, in ledger order."""
+    for entry in manifest.entries:
+        for cell in entry.cells:
+            result = read_supervisor_result(cell.run_dir)
+            verdict = read_json_or_none(os.path.join(cell.run_dir, "judge.json")) if cell.run_dir else None
+            line = supervisor_line(context, entry, cell, result=result, verdict=verdict)
+            yield CellRow(supervisor=line, worker_cwds=worker_cwds_of(result))
+
+
+def episode_lines(
+    rows: Iterable[CellRow],
+    store: OpencodeStore | None,
+    context: LineContext,
+    *,
+    include_supervisors: bool = True,
+) -> Iterator[dict[str, Any]]:
+    """Stage 2: each supervisor line (optionally) followed by its worker lines.
+
+    The sessions of a batch of cells are fetched in one query, so a round costs a few
+    batched lookups instead of one scan of the session table per worker cwd.
+    """
+    for batch in _batches(rows, CELL_BATCH):
+        sessions = _sessions_for(batch, store)
+        for row in batch:
+            if include_supervisors:
+                yield row.supervisor
+            yield from _worker_lines(row, sessions, store, context)
+
+
+def _sessions_for(rows: list[CellRow], store: OpencodeStore | None) -> dict[str, list[OpencodeSession]]:
+    if store is None:
+        return {}
+    return store.sessions_by_directory(cwd for row in rows for cwd in row.worker_cwds)
+
+
+def _worker_lines(
+    row: CellRow,
+    sessions_by_cwd: dict[str, list[OpencodeSession]],
+    store: OpencodeStore | None,
+    context: LineContext,
+) -> Iterator[dict[str, Any]]:
+    """For each distinct cwd: one line per session, or exactly one gap line when there is none."""
+    available = store is not None
+    for cwd in row.worker_cwds:
+        sessions = sessions_by_cwd.get(cwd, [])
+        if not sessions:
+            yield worker_line(context, row.supervisor, cwd, None, [], store_available=available)
+            continue
+        for session in sessions:
+            assert store is not None
+            messages = store.session_messages(session.id)
+            yield worker_line(context, row.supervisor, cwd, session, messages, store_available=available)
+
+
+def proposer_lines(
+    manifest: RoundManifest, context: LineContext, claude_projects_dir: str | os.PathLike[str]
+) -> Iterator[dict[str, Any]]:
+    """Stage 3: one line per shot receipt, joined to its Claude transcript by time window."""
+    transcripts = _WorktreeTranscripts(Path(os.path.abspath(claude_projects_dir)))
+    for shot in list_shot_receipts(manifest.out_dir):
+        receipt = read_shot_receipt(shot)
+        entry = manifest.entry_for(shot.generation, shot.candidate_index)
+        transcript = choose_transcript(transcripts.candidates(manifest.out_dir, shot), receipt)
+        yield proposer_line(context, str(manifest.out_dir), shot, receipt, entry, transcript)
+
+
+def line_context(manifest: RoundManifest, captured_at: str | None = None) -> LineContext:
+    return LineContext(
+        run_id=manifest.run_id,
+        captured_at=captured_at or utc_now_iso(),
+        instance_count=len(manifest.instances),
+    )
+
+
 class RoundBackfill:
-    """The backfill of one round. Building it reads the manifest and fails loud on corrupt evidence.
+    """The whole backfill of one round, as one stream. Building it reads the manifest and
+    fails loud on corrupt evidence, before anything is written anywhere.
 
     Use as a context manager (it holds the opencode store open), then iterate `lines()`
     once; `stats` is complete when the iteration ends.
@@ -68,16 +144,11 @@ class RoundBackfill:
         opencode_db: str | os.PathLike[str],
         claude_projects_dir: str | os.PathLike[str],
         captured_at: str | None = None,
-        manifest: RoundManifest | None = None,
     ):
-        self.manifest = manifest if manifest is not None else build_manifest(out_dir)
+        self.manifest = build_manifest(out_dir)
         self.out_dir = self.manifest.out_dir
-        self.claude_projects_dir = Path(os.path.abspath(claude_projects_dir))
-        self.context = LineContext(
-            run_id=self.manifest.run_id,
-            captured_at=captured_at or utc_now_iso(),
-            instance_count=len(self.manifest.instances),
-        )
+        self.claude_projects_dir = claude_projects_dir
+        self.context = line_context(self.manifest, captured_at)
         self.store = OpencodeStore.open(opencode_db)
         self.stats = BackfillStats(opencode_db_available=self.store is not None)
 
@@ -91,65 +162,15 @@ class RoundBackfill:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the whole round ---------------------------------------------------
-
     def lines(self) -> Iterator[dict[str, Any]]:
         """Every line of the round in ledger order, counted into `stats` as it passes."""
-        for batch in _batches(self.cell_rows(), CELL_BATCH):
-            sessions = self.sessions_for(batch)
-            for row in batch:
-                self.stats.observe(row.supervisor)
-                yield row.supervisor
-                for line in self.worker_lines(row, sessions):
-                    self.stats.observe(line)
-                    yield line
-        for line in self.proposer_lines():
+        rows = cell_rows(self.manifest, self.context)
+        for line in episode_lines(rows, self.store, self.context):
             self.stats.observe(line)
             yield line
-
-    # -- stage 1: cells and supervisor lines -------------------------------
-
-    def cell_rows(self) -> Iterator[CellRow]:
-        for entry in self.manifest.entries:
-            for cell in entry.cells:
-                result = read_supervisor_result(cell.run_dir)
-                verdict = read_json_or_none(os.path.join(cell.run_dir, "judge.json")) if cell.run_dir else None
-                line = supervisor_line(self.context, entry, cell, result=result, verdict=verdict)
-                yield CellRow(supervisor=line, worker_cwds=worker_cwds_of(result))
-
-    # -- stage 2: worker sessions -------------------------------------------
-
-    def sessions_for(self, rows: Iterable[CellRow]) -> dict[str, list[OpencodeSession]]:
-        """The opencode sessions of every worker cwd of `rows`, in one batched lookup."""
-        if self.store is None:
-            return {}
-        return self.store.sessions_by_directory(cwd for row in rows for cwd in row.worker_cwds)
-
-    def worker_lines(
-        self, row: CellRow, sessions_by_cwd: dict[str, list[OpencodeSession]]
-    ) -> Iterator[dict[str, Any]]:
-        """For each distinct cwd: one line per session, or exactly one gap line when there is none."""
-        available = self.store is not None
-        for cwd in row.worker_cwds:
-            sessions = sessions_by_cwd.get(cwd, [])
-            if not sessions:
-                yield worker_line(self.context, row.supervisor, cwd, None, [], store_available=available)
-                continue
-            for session in sessions:
-                assert self.store is not None
-                messages = self.store.session_messages(session.id)
-                yield worker_line(self.context, row.supervisor, cwd, session, messages, store_available=available)
-
-    # -- stage 3: proposer shots ----------------------------------------------
-
-    def proposer_lines(self) -> Iterator[dict[str, Any]]:
-        cache = _WorktreeTranscripts(self.claude_projects_dir)
-        for shot in list_shot_receipts(self.out_dir):
-            receipt = read_shot_receipt(shot)
-            entry = self.manifest.entry_for(shot.generation, shot.candidate_index)
-            candidates = cache.candidates(self.out_dir, shot)
-            transcript = choose_transcript(candidates, receipt)
-            yield proposer_line(self.context, str(self.out_dir), shot, receipt, entry, transcript)
+        for line in proposer_lines(self.manifest, self.context, self.claude_projects_dir):
+            self.stats.observe(line)
+            yield line
 
 
 def _batches(rows: Iterable[CellRow], size: int) -> Iterator[list[CellRow]]:

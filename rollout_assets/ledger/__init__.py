@@ -11,9 +11,11 @@ nothing writes a ledger line through any other path.
 """
 
 from rollout_assets.ledger.io import (
+    AtomicJsonlWriter,
     LedgerReadError,
     LedgerValidationError,
     LedgerWriter,
+    iter_jsonl,
     read_ledger,
     read_ledger_dicts,
     serialize_line,
@@ -23,11 +25,13 @@ from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, ChatMessage, RolloutLin
 
 __all__ = [
     "ROLLOUT_SCHEMA",
+    "AtomicJsonlWriter",
     "ChatMessage",
     "LedgerReadError",
     "LedgerValidationError",
     "LedgerWriter",
     "RolloutLine",
+    "iter_jsonl",
     "read_ledger",
     "read_ledger_dicts",
     "rollout_json_schema",

@@ -54,8 +54,8 @@ def serialize_line(line: dict[str, Any]) -> str:
         raise LedgerValidationError(f"rollout {_rollout_id_of(line)} is not plain JSON: {error}") from error
 
 
-class LedgerWriter:
-    """Streams lines into a ledger that appears at `path` only once it is complete.
+class AtomicJsonlWriter:
+    """Streams JSON records into a JSONL file that appears at `path` only once it is complete.
 
     Lines go to `.<basename>.<random>.tmp` in the same folder (so the final rename stays on
     one filesystem and is atomic). A clean exit fsyncs the file, renames it onto `path`
@@ -71,7 +71,7 @@ class LedgerWriter:
 
     def __enter__(self) -> Self:
         if self._file is not None:
-            raise RuntimeError(f"LedgerWriter for {self.path} is already open")
+            raise RuntimeError(f"{type(self).__name__} for {self.path} is already open")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._temp_path = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
         # O_EXCL: never share a temp file with a concurrent writer. Mode 0o666 under the
@@ -81,11 +81,15 @@ class LedgerWriter:
         self.count = 0
         return self
 
-    def write(self, line: dict[str, Any]) -> None:
-        """Validate `line` and append it; a bad line raises LedgerValidationError."""
+    def serialize(self, record: dict[str, Any]) -> str:
+        """Compact JSON of one record (no validation: a stage file of this project's own rows)."""
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record; a record that cannot be written raises before anything is appended."""
         if self._file is None:
-            raise RuntimeError("LedgerWriter.write called outside its `with` block")
-        text = serialize_line(line)
+            raise RuntimeError(f"{type(self).__name__}.write called outside its `with` block")
+        text = self.serialize(record)
         self._file.write(text.encode("utf-8") + b"\n")
         self.count += 1
 
@@ -127,6 +131,17 @@ class LedgerWriter:
             with contextlib.suppress(FileNotFoundError):
                 self._temp_path.unlink()
             self._temp_path = None
+
+
+class LedgerWriter(AtomicJsonlWriter):
+    """An atomic JSONL writer of `tangle.rollout.v1` lines: every line is validated first.
+
+    A bad line raises LedgerValidationError and, through the `with` block, discards the
+    whole file: an existing ledger at `path` stays byte-identical.
+    """
+
+    def serialize(self, record: dict[str, Any]) -> str:
+        return serialize_line(record)
 
 
 def write_ledger(path: StrPath, lines: Iterable[dict[str, Any]]) -> int:
@@ -190,3 +205,14 @@ def read_ledger_dicts(path: StrPath) -> Iterator[dict[str, Any]]:
     """Yield the validated lines of a ledger as the plain dicts stored in the file."""
     for line, _ in _read_validated(path):
         yield line
+
+
+def iter_jsonl(path: StrPath) -> Iterator[dict[str, Any]]:
+    """Yield the JSON objects of a JSONL file without schema validation (stage files).
+
+    Damage is still loud: a cut-off, non-UTF-8 or non-JSON line raises LedgerReadError
+    naming `path:lineno`.
+    """
+    with open(path, "rb") as jsonl_file:
+        for lineno, raw in enumerate(jsonl_file, start=1):
+            yield _parse_line(raw, path, lineno)

@@ -31,9 +31,11 @@ from rollout_assets.sources.jsonfiles import (
 BASELINE_GENERATION = -1
 BASELINE_CANDIDATE_INDEX = -1
 
-_GENERATION_DIR = re.compile(r"^gen-(\d+)$")
-_CANDIDATE_DIR = re.compile(r"^candidate-(\d+)$")
-_SHOT_RECEIPT_NAME = re.compile(r"^gen(\d+)-cand(\d+)-shot(\d+)\.json$")
+# As the seed's JavaScript patterns: ASCII digits only (re.ASCII), and the name must end at
+# the end (`\Z`; Python's `$` would also match before a trailing newline).
+_GENERATION_DIR = re.compile(r"^gen-(\d+)\Z", re.ASCII)
+_CANDIDATE_DIR = re.compile(r"^candidate-(\d+)\Z", re.ASCII)
+_SHOT_RECEIPT_NAME = re.compile(r"^gen(\d+)-cand(\d+)-shot(\d+)\.json\Z", re.ASCII)
 
 
 class RoundInputError(ValueError):
@@ -235,6 +237,44 @@ class RoundManifest:
                 "settledCalls": self.settled_call_ids,
             },
         }
+
+
+def manifest_from_json(data: dict[str, Any]) -> RoundManifest:
+    """A manifest back from its `to_json()` form, without cell records (`cells` is empty).
+
+    Enough for every line that does not read cells (proposer lines, line context): a later
+    stage works from the same snapshot as the manifest stage without re-reading the round.
+    """
+    entries = []
+    for generation in data["generations"]:
+        for rollout in generation["rollouts"]:
+            state, action, outcome = rollout["state"], rollout["action"], rollout["outcome"]
+            entries.append(
+                CampaignEntry(
+                    generation=state["generation"],
+                    candidate_index=state["candidateIndex"],
+                    campaign_dir=Path(state["campaignDir"]),
+                    cells=[],
+                    commit=state["commit"],
+                    diff_path=action["diffPath"],
+                    shot_receipt_paths=list(action["shotReceiptPaths"]),
+                    reps=outcome["reps"],
+                    resolved_count=outcome["resolvedCount"],
+                    cells_cached=outcome["cellsCached"],
+                    cost=rollout["cost"],
+                    artifact_paths=list(rollout["artifactPaths"]),
+                )
+            )
+    cost_ledger = data.get("costLedger", {})
+    return RoundManifest(
+        out_dir=Path(data["outDir"]),
+        provenance=data["provenance"],
+        instances=list(data["instances"]),
+        entries=entries,
+        cost_ledger_lines=cost_ledger.get("lines", 0),
+        cost_ledger_skipped=cost_ledger.get("skipped", 0),
+        settled_call_ids=cost_ledger.get("settledCalls", 0),
+    )
 
 
 def _generations_json(entries: list[CampaignEntry]) -> list[dict[str, Any]]:

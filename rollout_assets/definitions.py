@@ -1,0 +1,40 @@
+"""The one place that binds the Dagster layer together.
+
+Loaded by `dagster dev` (through `workspace.yaml` or `[tool.dagster]` in pyproject.toml)
+and by `dagster asset materialize -m rollout_assets.definitions`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dagster import Definitions, EnvVar
+
+from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
+from rollout_assets.defs.checks import ROUND_CHECKS
+from rollout_assets.defs.jobs import materialize_round
+from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
+from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
+from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
+
+
+def _env_or_default(variable: str, default: str) -> str | EnvVar:
+    """The environment variable when it is set (resolved at run time, shown in the UI), else the default."""
+    return EnvVar(variable) if os.environ.get(variable) else default
+
+
+def build_resources() -> dict[str, object]:
+    return {
+        "rounds_root": RoundsRoot(root_dir=_env_or_default("ROLLOUT_ROUNDS_ROOT", "./rounds")),
+        "opencode": OpencodeDatabase(path=_env_or_default("OPENCODE_DB", DEFAULT_OPENCODE_DB)),
+        "claude": ClaudeProjects(projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)),
+        "ledger_root": LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
+    }
+
+
+defs = Definitions(
+    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS],
+    asset_checks=ROUND_CHECKS,
+    jobs=[materialize_round],
+    resources=build_resources(),
+)

@@ -1,0 +1,323 @@
+"""The assets of one round (one `rounds` partition each) and the external inputs they read.
+
+Each body is a few lines: resolve the round's folders, call the stage in
+`rollout_assets.stages`, attach metadata. Stages pass data by path (files under the ledger
+root), so no transcript is ever pickled or held by Dagster.
+"""
+
+
+from datetime import UTC, datetime
+from typing import Any
+
+from dagster import (
+    AssetExecutionContext,
+    AssetSpec,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from rollout_assets.backfill import BackfillStats
+from rollout_assets.backfill.gaps import GAP_KINDS
+from rollout_assets.defs.partitions import ROUNDS, InvalidRoundKey
+from rollout_assets.defs.resources import (
+    ClaudeProjects,
+    ConfigurationError,
+    LedgerRoot,
+    OpencodeDatabase,
+    RoundsRoot,
+)
+from rollout_assets.sources.round import RoundInputError, RoundManifest
+from rollout_assets.stages import (
+    RoundChangedError,
+    RoundOutputs,
+    StageMismatchError,
+    write_campaign_cells,
+    write_manifest,
+    write_proposer_transcripts,
+    write_rollout_ledger,
+    write_rollout_stats,
+    write_worker_sessions,
+)
+
+ROUNDS_GROUP = "rounds"
+SOURCES_GROUP = "sources"
+OWNERS = ["team:rollouts"]
+
+# -- external inputs: shown in lineage, never materialized here -------------------
+
+round_outdir = AssetSpec(
+    "round_outdir",
+    description="A round's outDir under the rounds root, as the improvement loop wrote it.",
+    partitions_def=ROUNDS,
+    group_name=SOURCES_GROUP,
+    kinds={"file"},
+    owners=OWNERS,
+)
+opencode_db = AssetSpec(
+    "opencode_db",
+    description="The opencode SQLite store holding worker sessions (read-only).",
+    group_name=SOURCES_GROUP,
+    kinds={"sqlite"},
+    owners=OWNERS,
+)
+claude_projects = AssetSpec(
+    "claude_projects",
+    description="The Claude Code projects folder holding proposer transcripts (read-only).",
+    group_name=SOURCES_GROUP,
+    kinds={"file"},
+    owners=OWNERS,
+)
+
+EXTERNAL_INPUTS = [round_outdir, opencode_db, claude_projects]
+
+# Errors that mean "this round cannot be materialized as it is": one clear sentence in the UI.
+_ROUND_ERRORS = (RoundInputError, ConfigurationError, InvalidRoundKey, RoundChangedError, StageMismatchError)
+
+
+def _fail(error: Exception, round_key: str) -> Failure:
+    return Failure(description=str(error), metadata={"round": round_key, "error": type(error).__name__})
+
+
+def _captured_at(context: AssetExecutionContext) -> str:
+    """One capture time per run: the run's creation time, so every stage of a run agrees."""
+    record = context.instance.get_run_record_by_id(context.run_id)
+    created = record.create_timestamp if record is not None else datetime.now(UTC)
+    return created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _path(path: Any) -> MetadataValue:
+    return MetadataValue.path(str(path))
+
+
+def _role_and_gap_metadata(stats: BackfillStats) -> dict[str, Any]:
+    metadata: dict[str, Any] = {f"lines_{role}": stats.by_role.get(role, 0) for role in ("supervisor", "worker", "proposer")}
+    metadata.update({f"gap_{kind}": stats.by_gap_kind.get(kind, 0) for kind in GAP_KINDS})
+    return metadata
+
+
+def _manifest_table(manifest: RoundManifest) -> str:
+    rows = ["| candidate | generation | commit | cells | reps | resolved | cached | shots | cost USD |", "|---|---|---|---|---|---|---|---|---|"]
+    for entry in manifest.entries:
+        commit = entry.commit[:10] if entry.commit else "—"
+        rows.append(
+            f"| {entry.candidate_id} | {entry.generation} | `{commit}` | {len(entry.cells)} | {entry.reps} "
+            f"| {entry.resolved_count}/{len(manifest.instances)} | {entry.cells_cached} "
+            f"| {len(entry.shot_receipt_paths)} | {entry.cost['costUsd']:.4f} |"
+        )
+    return "\n".join(rows)
+
+
+@asset(
+    partitions_def=ROUNDS,
+    group_name=ROUNDS_GROUP,
+    deps=[round_outdir],
+    kinds={"python", "json"},
+    owners=OWNERS,
+)
+def round_manifest(context: AssetExecutionContext, rounds_root: RoundsRoot, ledger_root: LedgerRoot) -> MaterializeResult:
+    """The manifest of one round: generations, candidates, commits, resolved counts and cost."""
+    key = context.partition_key
+    try:
+        out_dir = rounds_root.round_dir(key)
+        outputs = ledger_root.writable_outputs(key)
+        manifest = write_manifest(out_dir, outputs)
+    except _ROUND_ERRORS as error:
+        raise _fail(error, key) from error
+    cells = sum(len(entry.cells) for entry in manifest.entries)
+    return MaterializeResult(
+        metadata={
+            "path": _path(outputs.manifest),
+            "out_dir": _path(out_dir),
+            "run_id": manifest.run_id,
+            "instances": len(manifest.instances),
+            "campaigns": len(manifest.entries),
+            "generations": len({entry.generation for entry in manifest.entries if not entry.is_baseline}),
+            "cells": cells,
+            "shot_receipts": sum(len(entry.shot_receipt_paths) for entry in manifest.entries),
+            "settled_cost_calls": manifest.settled_call_ids,
+            "candidates": MetadataValue.md(_manifest_table(manifest)),
+            "dagster/row_count": cells,
+        }
+    )
+
+
+@asset(
+    partitions_def=ROUNDS,
+    group_name=ROUNDS_GROUP,
+    deps=[round_manifest, round_outdir],
+    kinds={"python", "jsonl"},
+    owners=OWNERS,
+)
+def campaign_cells(context: AssetExecutionContext, rounds_root: RoundsRoot, ledger_root: LedgerRoot) -> MaterializeResult:
+    """The campaign cells of one round, each with its supervisor line, reward and worker cwds."""
+    key = context.partition_key
+    try:
+        outputs = ledger_root.writable_outputs(key)
+        summary = write_campaign_cells(rounds_root.round_dir(key), outputs, _captured_at(context))
+    except _ROUND_ERRORS as error:
+        raise _fail(error, key) from error
+    if summary.cells_without_worker_list:
+        context.log.warning(
+            f"{summary.cells_without_worker_list} cell(s) of round {key} have no readable result.json: "
+            "their worker sessions cannot be listed"
+        )
+    return MaterializeResult(
+        metadata={
+            "path": _path(outputs.campaign_cells),
+            "cells": summary.cells,
+            "worker_cwds": summary.worker_cwds,
+            "reward_labeled": summary.reward_labeled,
+            "cells_without_worker_list": summary.cells_without_worker_list,
+            "cells_per_candidate": MetadataValue.json(summary.by_candidate),
+            "dagster/row_count": summary.cells,
+        }
+    )
+
+
+@asset(
+    partitions_def=ROUNDS,
+    group_name=ROUNDS_GROUP,
+    deps=[campaign_cells, opencode_db],
+    kinds={"python", "sqlite", "jsonl"},
+    owners=OWNERS,
+)
+def worker_sessions(
+    context: AssetExecutionContext, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+) -> MaterializeResult:
+    """The worker lines of one round, joined from the opencode store, gap lines included."""
+    key = context.partition_key
+    unavailable = opencode.unavailable_reason()
+    if unavailable:
+        context.log.warning(unavailable)
+    try:
+        outputs = ledger_root.writable_outputs(key)
+        stats = write_worker_sessions(outputs, opencode.db_path, _captured_at(context))
+    except _ROUND_ERRORS as error:
+        raise _fail(error, key) from error
+    if unavailable is None and not stats.opencode_db_available:
+        context.log.warning(f"opencode database {opencode.db_path} could not be read: worker lines are gap lines")
+    return MaterializeResult(
+        metadata={
+            "path": _path(outputs.worker_sessions),
+            "lines": stats.lines,
+            "sessions_joined": stats.worker_sessions_joined,
+            "cwds_missed": stats.worker_cwds_missed,
+            "sessions_empty": stats.worker_sessions_empty,
+            "gap_lines": stats.gap_lines,
+            "opencode_db": _path(opencode.db_path),
+            "opencode_db_available": stats.opencode_db_available,
+            "dagster/row_count": stats.lines,
+        }
+    )
+
+
+@asset(
+    partitions_def=ROUNDS,
+    group_name=ROUNDS_GROUP,
+    deps=[round_manifest, round_outdir, claude_projects],
+    kinds={"python", "jsonl"},
+    owners=OWNERS,
+)
+def proposer_transcripts(
+    context: AssetExecutionContext, claude: ClaudeProjects, ledger_root: LedgerRoot
+) -> MaterializeResult:
+    """The proposer lines of one round, joined to Claude Code transcripts by time window."""
+    key = context.partition_key
+    unavailable = claude.unavailable_reason()
+    if unavailable:
+        context.log.warning(unavailable)
+    try:
+        outputs = ledger_root.writable_outputs(key)
+        stats = write_proposer_transcripts(outputs, claude.path, _captured_at(context))
+    except _ROUND_ERRORS as error:
+        raise _fail(error, key) from error
+    return MaterializeResult(
+        metadata={
+            "path": _path(outputs.proposer_transcripts),
+            "lines": stats.lines,
+            "shots_joined": stats.proposer_shots_joined,
+            "shots_missed": stats.proposer_shots_missed,
+            "transcripts_empty": stats.proposer_transcripts_empty,
+            "claude_projects": _path(claude.path),
+            "claude_projects_available": unavailable is None,
+            "dagster/row_count": stats.lines,
+        }
+    )
+
+
+@asset(
+    partitions_def=ROUNDS,
+    group_name=ROUNDS_GROUP,
+    deps=[campaign_cells, worker_sessions, proposer_transcripts],
+    kinds={"python", "jsonl"},
+    owners=OWNERS,
+)
+def rollout_ledger(context: AssetExecutionContext, ledger_root: LedgerRoot) -> MaterializeResult:
+    """The validated tangle.rollout.v1 ledger of one round, one line per agent invocation."""
+    key = context.partition_key
+    try:
+        outputs = ledger_root.writable_outputs(key)
+        stats = write_rollout_ledger(outputs)
+    except _ROUND_ERRORS as error:
+        raise _fail(error, key) from error
+    return MaterializeResult(
+        metadata={
+            "path": _path(outputs.ledger),
+            "lines": stats.lines,
+            "gap_lines": stats.gap_lines,
+            "full_transcripts": stats.full_transcripts,
+            "reward_labeled": stats.reward_labeled,
+            **_role_and_gap_metadata(stats),
+            "dagster/row_count": stats.lines,
+        }
+    )
+
+
+def stats_table(stats: dict[str, Any]) -> str:
+    """The counters as Markdown: one table per role, one per gap reason, then the rest."""
+    lines = ["| role | lines |", "|---|---|"]
+    lines += [f"| {role} | {count} |" for role, count in stats["byRole"].items()]
+    lines += ["", "| gap reason | lines |", "|---|---|"]
+    lines += [f"| {kind} | {count} |" for kind, count in stats["byGapReason"].items()]
+    lines += ["", "| counter | value |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in stats.items() if name not in ("byRole", "byGapReason")]
+    return "\n".join(lines)
+
+
+@asset(
+    partitions_def=ROUNDS,
+    group_name=ROUNDS_GROUP,
+    deps=[rollout_ledger],
+    kinds={"python", "json"},
+    owners=OWNERS,
+)
+def rollout_stats(context: AssetExecutionContext, ledger_root: LedgerRoot) -> MaterializeResult:
+    """The counters of one round's ledger, per role and per gap reason."""
+    key = context.partition_key
+    outputs: RoundOutputs = ledger_root.outputs(key)
+    stats = write_rollout_stats(outputs)
+    as_json = stats.to_json()
+    metadata: dict[str, Any] = {
+        "path": _path(outputs.stats),
+        "lines": stats.lines,
+        "full_transcripts": stats.full_transcripts,
+        "gap_lines": stats.gap_lines,
+        "reward_labeled": stats.reward_labeled,
+        "gap_rate": stats.gap_lines / stats.lines if stats.lines else 0.0,
+        "worker_sessions_joined": stats.worker_sessions_joined,
+        "worker_cwds_missed": stats.worker_cwds_missed,
+        "worker_sessions_empty": stats.worker_sessions_empty,
+        "proposer_shots_joined": stats.proposer_shots_joined,
+        "proposer_shots_missed": stats.proposer_shots_missed,
+        "proposer_transcripts_empty": stats.proposer_transcripts_empty,
+        "cells_without_worker_list": stats.cells_without_worker_list,
+        "opencode_db_available": stats.opencode_db_available,
+        **_role_and_gap_metadata(stats),
+        "stats": MetadataValue.md(stats_table(as_json)),
+    }
+    return MaterializeResult(metadata=metadata)
+
+
+ROUND_ASSETS = [round_manifest, campaign_cells, worker_sessions, proposer_transcripts, rollout_ledger, rollout_stats]

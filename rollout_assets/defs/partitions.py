@@ -1,0 +1,42 @@
+"""The `rounds` partitions: one dynamic partition per round directory under the rounds root.
+
+Dagster validates nothing about dynamic partition keys, yet a key becomes a folder name
+under the ledger root, a run tag and part of the UI's range syntax. So a key is the round
+directory's own name and must match `^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$` without `..`;
+anything else is refused here, with a message that says why.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dagster import DynamicPartitionsDefinition
+
+ROUNDS_PARTITIONS_NAME = "rounds"
+ROUNDS = DynamicPartitionsDefinition(name=ROUNDS_PARTITIONS_NAME)
+
+_ROUND_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class InvalidRoundKey(ValueError):
+    """A directory name that cannot be a `rounds` partition key."""
+
+
+def round_key_problem(name: str) -> str | None:
+    """Why `name` cannot be a round's partition key, or None when it can."""
+    if not _ROUND_KEY.fullmatch(name):
+        return (
+            f"round name {name!r} is not a valid partition key: it must start with a letter or digit "
+            "and hold at most 100 letters, digits, '.', '_' or '-'"
+        )
+    if ".." in name:
+        return f"round name {name!r} is not a valid partition key: it must not contain '..'"
+    return None
+
+
+def validate_round_key(name: str) -> str:
+    """`name` itself when it is a valid key; InvalidRoundKey otherwise."""
+    problem = round_key_problem(name)
+    if problem is not None:
+        raise InvalidRoundKey(problem)
+    return name

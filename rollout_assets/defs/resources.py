@@ -1,0 +1,128 @@
+"""Resources: where rounds, harness stores and ledgers live.
+
+Each is a `ConfigurableResource` bound in `rollout_assets.definitions` from an environment
+variable with a local default:
+
+| resource        | variable              | default                                  |
+|-----------------|-----------------------|------------------------------------------|
+| rounds_root     | ROLLOUT_ROUNDS_ROOT   | ./rounds                                 |
+| opencode_db     | OPENCODE_DB           | ~/.local/share/opencode/opencode.db      |
+| claude_projects | CLAUDE_PROJECTS_DIR   | ~/.claude/projects                       |
+| ledger_root     | ROLLOUT_LEDGER_ROOT   | ./ledgers                                |
+
+Misconfiguration gives one sentence that says what to set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import ConfigurableResource
+
+from rollout_assets.defs.partitions import validate_round_key
+from rollout_assets.stages import RoundOutputs
+
+
+class ConfigurationError(RuntimeError):
+    """A resource points at something unusable; the message says which variable to set."""
+
+
+def _absolute(path: str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(path)))
+
+
+def is_round_dir(path: Path) -> bool:
+    """A directory is a round when it holds `improve-run/` or `proposer-shots/`."""
+    return (path / "improve-run").is_dir() or (path / "proposer-shots").is_dir()
+
+
+class RoundsRoot(ConfigurableResource):
+    """The folder holding one sub-directory (outDir) per round; the name is the partition key."""
+
+    root_dir: str
+
+    @property
+    def path(self) -> Path:
+        return _absolute(self.root_dir)
+
+    def round_dir(self, round_key: str) -> Path:
+        """The outDir of round `round_key`, which must exist."""
+        validate_round_key(round_key)
+        if not self.path.is_dir():
+            raise ConfigurationError(
+                f"rounds root {self.path} does not exist: set ROLLOUT_ROUNDS_ROOT to the folder holding round outDirs"
+            )
+        out_dir = self.path / round_key
+        if not out_dir.is_dir():
+            raise ConfigurationError(
+                f"round {round_key!r} has no directory {out_dir} under the rounds root "
+                "(moved or deleted? set ROLLOUT_ROUNDS_ROOT to the folder that holds it)"
+            )
+        return out_dir
+
+
+class OpencodeDatabase(ConfigurableResource):
+    """The opencode SQLite store holding worker sessions (opened read-only)."""
+
+    path: str
+
+    @property
+    def db_path(self) -> Path:
+        return _absolute(self.path)
+
+    def unavailable_reason(self) -> str | None:
+        if not self.db_path.is_file():
+            return (
+                f"opencode database {self.db_path} does not exist: worker sessions become labeled gap lines; "
+                "set OPENCODE_DB to the opencode.db that holds them"
+            )
+        return None
+
+
+class ClaudeProjects(ConfigurableResource):
+    """The Claude Code projects folder holding proposer transcripts."""
+
+    projects_dir: str
+
+    @property
+    def path(self) -> Path:
+        return _absolute(self.projects_dir)
+
+    def unavailable_reason(self) -> str | None:
+        if not self.path.is_dir():
+            return (
+                f"Claude projects folder {self.path} does not exist: proposer shots become labeled gap lines; "
+                "set CLAUDE_PROJECTS_DIR to the folder that holds the transcripts"
+            )
+        return None
+
+
+class LedgerRoot(ConfigurableResource):
+    """Where each round's outputs are written: `<root>/<round>/` (see rollout_assets.stages)."""
+
+    root_dir: str
+
+    @property
+    def path(self) -> Path:
+        return _absolute(self.root_dir)
+
+    def outputs(self, round_key: str) -> RoundOutputs:
+        """The output folder of a round; the key is validated, so it cannot point outside the root."""
+        validate_round_key(round_key)
+        return RoundOutputs(self.path / round_key)
+
+    def writable_outputs(self, round_key: str) -> RoundOutputs:
+        outputs = self.outputs(round_key)
+        try:
+            (outputs.folder / "stages").mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigurationError(
+                f"ledger root {self.path} is not writable ({error.strerror}): "
+                "set ROLLOUT_LEDGER_ROOT to a folder this process may write"
+            ) from error
+        if not os.access(outputs.folder, os.W_OK):
+            raise ConfigurationError(
+                f"ledger root {self.path} is not writable: set ROLLOUT_LEDGER_ROOT to a folder this process may write"
+            )
+        return outputs

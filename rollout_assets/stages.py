@@ -1,0 +1,278 @@
+"""The backfill as stored stages: what each Dagster asset of a round computes and writes.
+
+Owns the on-disk layout of one round's outputs under the ledger root and the functions that
+produce each file from the one before. No Dagster here: the asset bodies call these and
+attach metadata, and the functions can be run and benchmarked alone.
+
+    <ledger root>/<round>/
+      manifest.json                          round_manifest
+      stages/campaign-cells.jsonl            campaign_cells: {"supervisor": line, "worker_cwds": [...]}
+      stages/worker-sessions.jsonl           worker_sessions: worker lines in ledger order
+      stages/worker-sessions.json            worker_sessions: store summary
+      stages/proposer-transcripts.jsonl      proposer_transcripts: proposer lines in ledger order
+      rollout-ledger.jsonl                   rollout_ledger: the validated tangle.rollout.v1 ledger
+      rollout-stats.json                     rollout_stats: the counters
+
+Every file is written atomically (temp file + rename), so a failed stage leaves the previous
+file intact. Stage files are JSON, never pickles, and every stage streams: no stage holds a
+round's transcripts in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.backfill import (
+    BackfillStats,
+    CellRow,
+    cell_rows,
+    episode_lines,
+    line_context,
+    proposer_lines,
+)
+from rollout_assets.backfill.lines import LineContext
+from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl
+from rollout_assets.sources.opencode import OpencodeStore
+from rollout_assets.sources.round import RoundManifest, build_manifest, manifest_from_json
+
+
+class RoundChangedError(RuntimeError):
+    """The round's files changed between two stages of one materialization."""
+
+
+class StageMismatchError(RuntimeError):
+    """Two stage files of one round do not fit together (a stage is stale or damaged)."""
+
+
+@dataclass(frozen=True)
+class RoundOutputs:
+    """Where the outputs of one round live under the ledger root."""
+
+    folder: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / "manifest.json"
+
+    @property
+    def campaign_cells(self) -> Path:
+        return self.folder / "stages" / "campaign-cells.jsonl"
+
+    @property
+    def worker_sessions(self) -> Path:
+        return self.folder / "stages" / "worker-sessions.jsonl"
+
+    @property
+    def worker_sessions_summary(self) -> Path:
+        return self.folder / "stages" / "worker-sessions.json"
+
+    @property
+    def proposer_transcripts(self) -> Path:
+        return self.folder / "stages" / "proposer-transcripts.jsonl"
+
+    @property
+    def ledger(self) -> Path:
+        return self.folder / "rollout-ledger.jsonl"
+
+    @property
+    def stats(self) -> Path:
+        return self.folder / "rollout-stats.json"
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    """One JSON document, replaced atomically like every other output."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(value, handle, indent=2, ensure_ascii=False, allow_nan=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# ---------------------------------------------------------------------------
+# round_manifest
+# ---------------------------------------------------------------------------
+
+
+def write_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
+    """Build the manifest (fail loud on corrupt evidence) and store its JSON."""
+    manifest = build_manifest(out_dir)
+    write_json_atomic(outputs.manifest, manifest.to_json())
+    return manifest
+
+
+def stored_manifest(outputs: RoundOutputs) -> RoundManifest:
+    """The manifest snapshot the manifest stage wrote (without cell records)."""
+    return manifest_from_json(read_json(outputs.manifest))
+
+
+def _cell_paths(manifest_json: dict[str, Any]) -> list[str]:
+    return [
+        row["cellPath"]
+        for generation in manifest_json["generations"]
+        for rollout in generation["rollouts"]
+        for row in rollout["outcome"]["perInstance"]
+    ]
+
+
+def current_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
+    """Re-read the round's cells, refusing to go on if they differ from the stored manifest.
+
+    A round still being written (cells appearing or vanishing between two stages) would
+    otherwise give a ledger that matches neither state of the round.
+    """
+    manifest = build_manifest(out_dir)
+    stored = set(_cell_paths(read_json(outputs.manifest)))
+    current = set(_cell_paths(manifest.to_json()))
+    if stored != current:
+        added, removed = sorted(current - stored), sorted(stored - current)
+        raise RoundChangedError(
+            f"round {out_dir} changed while being materialized: {len(added)} cell(s) added "
+            f"{added[:3]}, {len(removed)} removed {removed[:3]}; re-materialize the round"
+        )
+    return manifest
+
+
+# ---------------------------------------------------------------------------
+# campaign_cells
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class CellsSummary:
+    cells: int = 0
+    worker_cwds: int = 0
+    reward_labeled: int = 0
+    cells_without_worker_list: int = 0
+    by_candidate: dict[str, int] = field(default_factory=dict)
+
+
+def write_campaign_cells(out_dir: Path, outputs: RoundOutputs, captured_at: str) -> CellsSummary:
+    """One row per campaign cell: its supervisor line and its distinct worker cwds."""
+    manifest = current_manifest(out_dir, outputs)
+    summary = CellsSummary()
+    with AtomicJsonlWriter(outputs.campaign_cells) as writer:
+        for row in cell_rows(manifest, line_context(manifest, captured_at)):
+            supervisor = row.supervisor
+            summary.cells += 1
+            summary.worker_cwds += len(row.worker_cwds)
+            summary.reward_labeled += supervisor["outcome"]["reward"] is not None
+            summary.cells_without_worker_list += supervisor["outcome"]["metrics"].get("worker_list_missing") is True
+            candidate = supervisor["candidate_id"]
+            summary.by_candidate[candidate] = summary.by_candidate.get(candidate, 0) + 1
+            writer.write({"supervisor": supervisor, "worker_cwds": row.worker_cwds})
+    return summary
+
+
+def read_cell_rows(outputs: RoundOutputs) -> Iterator[CellRow]:
+    for record in iter_jsonl(outputs.campaign_cells):
+        yield CellRow(supervisor=record["supervisor"], worker_cwds=record["worker_cwds"])
+
+
+# ---------------------------------------------------------------------------
+# worker_sessions
+# ---------------------------------------------------------------------------
+
+
+def _stored_context(outputs: RoundOutputs, captured_at: str) -> LineContext:
+    return line_context(stored_manifest(outputs), captured_at)
+
+
+def write_worker_sessions(outputs: RoundOutputs, opencode_db: str | os.PathLike[str], captured_at: str) -> BackfillStats:
+    """Worker lines of every cell, joined from the opencode store, in ledger order."""
+    store = OpencodeStore.open(opencode_db)
+    stats = BackfillStats(opencode_db_available=store is not None)
+    try:
+        context = _stored_context(outputs, captured_at)
+        lines = episode_lines(read_cell_rows(outputs), store, context, include_supervisors=False)
+        with AtomicJsonlWriter(outputs.worker_sessions) as writer:
+            for line in lines:
+                stats.observe(line)
+                writer.write(line)
+    finally:
+        if store is not None:
+            store.close()
+    write_json_atomic(
+        outputs.worker_sessions_summary,
+        {"opencodeDb": os.path.abspath(opencode_db), "opencodeDbAvailable": stats.opencode_db_available},
+    )
+    return stats
+
+
+def opencode_was_available(outputs: RoundOutputs) -> bool:
+    return bool(read_json(outputs.worker_sessions_summary)["opencodeDbAvailable"])
+
+
+# ---------------------------------------------------------------------------
+# proposer_transcripts
+# ---------------------------------------------------------------------------
+
+
+def write_proposer_transcripts(
+    outputs: RoundOutputs, claude_projects_dir: str | os.PathLike[str], captured_at: str
+) -> BackfillStats:
+    """Proposer lines of every shot receipt, joined to Claude transcripts, in ledger order."""
+    manifest = stored_manifest(outputs)
+    stats = BackfillStats()
+    with AtomicJsonlWriter(outputs.proposer_transcripts) as writer:
+        for line in proposer_lines(manifest, line_context(manifest, captured_at), claude_projects_dir):
+            stats.observe(line)
+            writer.write(line)
+    return stats
+
+
+# ---------------------------------------------------------------------------
+# rollout_ledger and rollout_stats
+# ---------------------------------------------------------------------------
+
+
+def _ledger_lines(outputs: RoundOutputs) -> Iterator[dict[str, Any]]:
+    """Merge the stage files in ledger order: each supervisor, then its workers; then proposers."""
+    workers = iter_jsonl(outputs.worker_sessions)
+    pending = next(workers, None)
+    for row in read_cell_rows(outputs):
+        supervisor = row.supervisor
+        yield supervisor
+        while pending is not None and pending["parent_rollout_id"] == supervisor["rollout_id"]:
+            yield pending
+            pending = next(workers, None)
+    if pending is not None:
+        raise StageMismatchError(
+            f"{outputs.worker_sessions}: worker line {pending['rollout_id']} follows no supervisor of "
+            f"{outputs.campaign_cells} in order; re-materialize worker_sessions"
+        )
+    yield from iter_jsonl(outputs.proposer_transcripts)
+
+
+def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
+    """Validate every line and write the round's ledger atomically; returns its counters."""
+    stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
+    with LedgerWriter(outputs.ledger) as writer:
+        for line in _ledger_lines(outputs):
+            writer.write(line)
+            stats.observe(line)
+    return stats
+
+
+def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
+    """Count the written ledger and store the counters next to it."""
+    stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
+    for line in iter_jsonl(outputs.ledger):
+        stats.observe(line)
+    write_json_atomic(outputs.stats, stats.to_json())
+    return stats
