@@ -14,6 +14,7 @@ from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
+from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
 
@@ -29,6 +30,9 @@ def build_resources() -> dict[str, object]:
         "opencode": OpencodeDatabase(path=_env_or_default("OPENCODE_DB", DEFAULT_OPENCODE_DB)),
         "claude": ClaudeProjects(projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)),
         "ledger_root": LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
+        "round_discovery": RoundDiscovery(
+            quiet_period_seconds=int(os.environ.get("ROLLOUT_QUIET_PERIOD_SECONDS", "120"))
+        ),
     }
 
 
@@ -36,5 +40,6 @@ defs = Definitions(
     assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS],
     asset_checks=ROUND_CHECKS,
     jobs=[materialize_round],
+    sensors=[round_dirs_sensor],
     resources=build_resources(),
 )

@@ -1,0 +1,227 @@
+"""`round_dirs_sensor`: discovers new and changed rounds under the rounds root and materializes them."""
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from dagster import (
+    AssetKey,
+    AssetObservation,
+    ConfigurableResource,
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from rollout_assets.defs.jobs import materialize_round
+from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
+from rollout_assets.defs.resources import RoundsRoot, is_round_dir
+
+SENSOR_INTERVAL_SECONDS = int(os.environ.get("ROLLOUT_SENSOR_INTERVAL_SECONDS", "60"))
+
+_GEN = re.compile(r"^gen-\d+$")
+_CAND = re.compile(r"^candidate-\d+$")
+_RECEIPT = re.compile(r"^gen\d+-cand\d+-shot\d+\.json$")
+
+
+class RoundDiscovery(ConfigurableResource):
+    """How the sensor waits for a round to settle before materializing it."""
+
+    quiet_period_seconds: int = 120
+
+
+@dataclass(frozen=True)
+class RoundFingerprint:
+    """Size and modification time of every file the backfill reads, hashed into one value."""
+
+    digest: str
+    files: int
+    cells: int
+    shot_receipts: int
+    newest_mtime: float
+
+
+def _listdir(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+@lru_cache(maxsize=200_000)
+def _run_dir_of(cell_cache: str, size: int, mtime_ns: int) -> str | None:
+    """A cell's artifact.runDir; cached by (path, size, mtime) so unchanged cells are parsed once."""
+    try:
+        record = json.loads(Path(cell_cache).read_bytes().decode("utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    artifact = record.get("artifact") if isinstance(record, dict) else None
+    run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
+    return run_dir if isinstance(run_dir, str) else None
+
+
+def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
+    """(files the backfill reads, cell count, shot receipt count) of one round."""
+    improve = out_dir / "improve-run"
+    files = [improve / "loop-provenance.json", improve / "cost-ledger.jsonl"]
+    campaigns = [improve / "baseline"]
+    for generation in _listdir(improve):
+        if _GEN.match(generation):
+            campaigns += [improve / generation / c for c in _listdir(improve / generation) if _CAND.match(c)]
+    cells = 0
+    for campaign in campaigns:
+        for name in _listdir(campaign):
+            cache = campaign / name / "cached-result.json"
+            try:
+                stat = cache.stat()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            cells += 1
+            files.append(cache)
+            run_dir = _run_dir_of(str(cache), stat.st_size, stat.st_mtime_ns)
+            if run_dir is not None:
+                files += [Path(run_dir, "result.json"), Path(run_dir, "judge.json")]
+    shots = out_dir / "proposer-shots"
+    receipts = 0
+    for name in _listdir(shots):
+        inner = [shots / name / n for n in _listdir(shots / name)] if (shots / name).is_dir() else [shots / name]
+        for receipt in inner:
+            if _RECEIPT.match(receipt.name):
+                receipts += 1
+                files.append(receipt)
+    return files, cells, receipts
+
+
+def fingerprint_round(out_dir: Path) -> RoundFingerprint:
+    """The fingerprint of a round's inputs. A directory's own mtime is not used: it does not
+    change when a file inside is rewritten."""
+    files, cells, receipts = _input_files(out_dir)
+    digest = hashlib.sha256()
+    present = 0
+    newest = 0.0
+    for path in files:
+        try:
+            stat = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        present += 1
+        newest = max(newest, stat.st_mtime)
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return RoundFingerprint(digest.hexdigest()[:16], present, cells, receipts, newest)
+
+
+def list_round_dirs(root: Path, log) -> dict[str, Path]:
+    """Valid round directories under the root by partition key; anything else is logged and skipped."""
+    rounds: dict[str, Path] = {}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as error:
+        log.warning(f"rounds root {root} cannot be listed ({error.strerror}): set ROLLOUT_ROUNDS_ROOT")
+        return rounds
+    for name in names:
+        path = root / name
+        try:
+            if not path.is_dir() or not is_round_dir(path):
+                continue
+        except OSError as error:  # unreadable entry, symlink loop, vanished mid-scan
+            log.warning(f"skipping {path}: {error}")
+            continue
+        problem = round_key_problem(name)
+        if problem is not None:
+            log.warning(f"skipping {path}: {problem}")
+            continue
+        rounds[name] = path
+    return rounds
+
+
+@sensor(
+    job=materialize_round,
+    minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Discovers new and changed round directories and materializes them.",
+)
+def round_dirs_sensor(
+    context: SensorEvaluationContext, rounds_root: RoundsRoot, round_discovery: RoundDiscovery
+) -> SensorResult | SkipReason:
+    """Discovers rounds under the rounds root and requests `materialize_round` for each new or changed one.
+
+    Policy, each tick:
+    - A round is a directory under the rounds root holding `improve-run/` or `proposer-shots/`;
+      its name is its `rounds` partition key. A name that cannot be a key is skipped with a
+      log line saying why; one bad directory never fails the tick.
+    - A round's fingerprint hashes the size and modification time of every file the backfill
+      reads (cell caches, result.json, judge.json, shot receipts, loop-provenance.json,
+      cost-ledger.jsonl).
+    - A new round (partition added) or a changed one (fingerprint differs from the last
+      request) gets a run with run key `<round>:<fingerprint>` and an observation of its
+      `round_outdir` (file counts, fingerprint), once its newest input file is older than the
+      quiet period; a round still being written waits.
+    - A round whose directory disappeared keeps its partition and ledger; the log says so.
+    - The cursor is JSON `{"rounds": {round: fingerprint last requested}, "missing": [...]}`,
+      so a restart neither re-runs unchanged rounds nor misses changed ones.
+    """
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    requested: dict[str, str] = dict(cursor.get("rounds", {}))
+    previously_missing = set(cursor.get("missing", []))
+    found = list_round_dirs(rounds_root.path, context.log)
+    now = time.time()
+    run_requests, observations, new_keys, waiting = [], [], [], []
+    for key, out_dir in found.items():
+        try:
+            fingerprint = fingerprint_round(out_dir)
+        except OSError as error:
+            context.log.warning(f"skipping round {key}: {error}")
+            continue
+        if requested.get(key) == fingerprint.digest:
+            continue
+        if now - fingerprint.newest_mtime < round_discovery.quiet_period_seconds:
+            waiting.append(key)
+            continue
+        if not context.instance.has_dynamic_partition(ROUNDS_PARTITIONS_NAME, key):
+            new_keys.append(key)
+        run_requests.append(
+            RunRequest(
+                partition_key=key,
+                run_key=f"{key}:{fingerprint.digest}",
+                tags={"rollout/fingerprint": fingerprint.digest},
+            )
+        )
+        observations.append(
+            AssetObservation(
+                asset_key=AssetKey("round_outdir"),
+                partition=key,
+                metadata={
+                    "fingerprint": fingerprint.digest,
+                    "input_files": fingerprint.files,
+                    "cells": fingerprint.cells,
+                    "shot_receipts": fingerprint.shot_receipts,
+                    "newest_input_mtime": fingerprint.newest_mtime,
+                    "out_dir": str(out_dir),
+                },
+            )
+        )
+        requested[key] = fingerprint.digest
+    missing = sorted(key for key in requested if key not in found)
+    for key in sorted(set(missing) - previously_missing):
+        context.log.warning(f"round {key}: directory disappeared; its partition and ledger are left in place")
+    for key in waiting:
+        context.log.info(f"round {key}: inputs changed less than {round_discovery.quiet_period_seconds} s ago; waiting")
+    new_cursor = json.dumps({"rounds": requested, "missing": missing}, sort_keys=True)
+    if not run_requests:
+        context.update_cursor(new_cursor)
+        reason = "no new or changed rounds" + (f"; {len(waiting)} still settling" if waiting else "")
+        return SkipReason(reason)
+    return SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[ROUNDS.build_add_request(new_keys)] if new_keys else [],
+        asset_events=observations,
+        cursor=new_cursor,
+    )
