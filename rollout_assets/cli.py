@@ -4,6 +4,7 @@
     rollout-assets manifest OUTDIR
     rollout-assets schema
     rollout-assets demo ROOT
+    rollout-assets materialize [ROUND ...]
 
 `backfill` keeps the seed's contract: the stats JSON (2-space indent) on stdout, then
 `rollout ledger → OUT (N lines)`. Corrupt evidence exits 1 with one line naming the file
@@ -56,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="write demo rounds and matching harness stores into ROOT")
     demo.add_argument("root", metavar="ROOT")
+
+    materialize = commands.add_parser(
+        "materialize",
+        help="materialize and check rounds through Dagster on the instance at $DAGSTER_HOME",
+    )
+    materialize.add_argument("rounds", nargs="*", metavar="ROUND", help="round names (default: every round found)")
     return parser
 
 
@@ -128,7 +135,19 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"backfill": run_backfill, "manifest": run_manifest, "schema": run_schema, "demo": run_demo}
+def run_materialize(args: argparse.Namespace) -> int:
+    from rollout_assets.materialize import materialize_rounds
+
+    return materialize_rounds(args.rounds)
+
+
+_COMMANDS = {
+    "backfill": run_backfill,
+    "manifest": run_manifest,
+    "schema": run_schema,
+    "demo": run_demo,
+    "materialize": run_materialize,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,71 @@
+"""`rollout-assets materialize`: run `materialize_round` for rounds, in this process, on the
+Dagster instance at $DAGSTER_HOME, and print what each round produced.
+
+The same definitions, resources and checks as `dagster dev`; the runs and their check
+results land in the instance, so the UI shows them afterwards.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+from dagster import DagsterInstance, PreviewWarning
+
+from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
+from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
+from rollout_assets.defs.sensors import list_round_dirs
+
+
+# Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets warnings.
+_QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+class _PrintLog:
+    def warning(self, message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def materialize_rounds(round_keys: list[str]) -> int:
+    """Materialize the named rounds (or every round under the rounds root); 0 when all passed."""
+    warnings.filterwarnings("ignore", category=PreviewWarning)
+    from rollout_assets.definitions import defs
+
+    resources = defs.resources
+    # Bound resources may hold EnvVar placeholders: resolve them as a run would.
+    rounds_root: RoundsRoot = resources["rounds_root"].process_config_and_initialize()  # type: ignore[union-attr]
+    ledger_root: LedgerRoot = resources["ledger_root"].process_config_and_initialize()  # type: ignore[union-attr]
+    if not os.environ.get("DAGSTER_HOME"):
+        print("DAGSTER_HOME is not set: using a temporary instance (nothing is kept for the UI)", file=sys.stderr)
+        instance = DagsterInstance.ephemeral()
+    else:
+        instance = DagsterInstance.get()
+    found = list_round_dirs(rounds_root.path, _PrintLog())
+    keys = round_keys or sorted(found)
+    unknown = [key for key in keys if key not in found]
+    if unknown:
+        print(f"rollout-assets: error: no round {', '.join(unknown)} under {rounds_root.path}", file=sys.stderr)
+        return 1
+    if not keys:
+        print(f"no rounds under {rounds_root.path} (set ROLLOUT_ROUNDS_ROOT)", file=sys.stderr)
+        return 1
+    instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, keys)
+    job = defs.resolve_job_def("materialize_round")
+    failed = 0
+    for key in keys:
+        result = job.execute_in_process(
+            partition_key=key, instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
+        )
+        outputs = ledger_root.outputs(key)
+        print(f"\n=== round {key}: {'succeeded' if result.success else 'FAILED'} (run {result.run_id})")
+        if outputs.stats.is_file() and result.success:
+            print(json.dumps(json.loads(outputs.stats.read_text()), indent=2))
+        for evaluation in sorted(result.get_asset_check_evaluations(), key=lambda e: e.check_name):
+            verdict = "passed" if evaluation.passed else f"FAILED ({evaluation.severity.value})"
+            print(f"  check {evaluation.check_name}: {verdict}")
+        for event in result.all_events:
+            if event.is_step_failure:
+                print(f"  step {event.step_key} failed: {event.event_specific_data.error.message.strip()}")
+        print(f"  ledger: {outputs.ledger}")
+        failed += not result.success
+    return 1 if failed else 0
