@@ -271,3 +271,14 @@ def test_read_yields_good_lines_before_the_bad_one(tmp_path: Path) -> None:
     assert next(reader)["rollout_id"] == SUPERVISOR_ID
     with pytest.raises(LedgerReadError, match=r":2: invalid JSON"):
         next(reader)
+
+
+def test_lone_surrogate_is_written_as_an_escape_and_reads_back(tmp_path):
+    # A truncated emoji escape in a tool output parses to a lone surrogate, which has no UTF-8 form.
+    line = sample_line()
+    line["outcome"]["metrics"]["tool_output"] = "cut \ud83d here, café"
+    path = tmp_path / "ledger.jsonl"
+    write_ledger(path, [line])
+    raw = path.read_bytes()
+    assert b"\\ud83d" in raw
+    assert list(read_ledger_dicts(path))[0]["outcome"]["metrics"]["tool_output"] == "cut \ud83d here, café"

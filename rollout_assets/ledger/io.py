@@ -54,6 +54,19 @@ def serialize_line(line: dict[str, Any]) -> str:
         raise LedgerValidationError(f"rollout {_rollout_id_of(line)} is not plain JSON: {error}") from error
 
 
+def _utf8_line(text: str) -> bytes:
+    """One JSONL line as UTF-8.
+
+    A lone surrogate (a truncated emoji escape such as `"\\ud83d"` in a tool output) has no
+    UTF-8 form. JavaScript's JSON.stringify writes it as an escape; so does this, by
+    re-dumping that one line with ASCII escapes. The JSON value is the same.
+    """
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(json.loads(text), ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
 class AtomicJsonlWriter:
     """Streams JSON records into a JSONL file that appears at `path` only once it is complete.
 
@@ -89,8 +102,7 @@ class AtomicJsonlWriter:
         """Append one record; a record that cannot be written raises before anything is appended."""
         if self._file is None:
             raise RuntimeError(f"{type(self).__name__}.write called outside its `with` block")
-        text = self.serialize(record)
-        self._file.write(text.encode("utf-8") + b"\n")
+        self._file.write(_utf8_line(self.serialize(record)))
         self.count += 1
 
     def __exit__(

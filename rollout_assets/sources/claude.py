@@ -29,7 +29,9 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9-]")
 
 def claude_project_slug(cwd: str) -> str:
     """Claude Code's project-folder name for a working directory."""
-    return _SLUG_UNSAFE.sub("-", cwd)
+    # Claude Code (JavaScript) replaces UTF-16 code units: a character outside the Basic
+    # Multilingual Plane is two units, so it becomes two dashes.
+    return _SLUG_UNSAFE.sub(lambda match: "-" * (2 if ord(match[0]) > 0xFFFF else 1), cwd)
 
 
 def transcript_files(cwd_variants: list[str], projects_dir: str | os.PathLike[str]) -> list[Path]:

@@ -54,8 +54,8 @@ class OpencodeSession:
     parent_id: Any
     directory: str
     agent: Any
-    model_id: Any
-    provider_id: Any
+    model_id: str | None
+    provider_id: str | None
     cost_usd: int | float | None
     tokens_input: int | float | None
     tokens_output: int | float | None
@@ -168,6 +168,10 @@ def _number(value: Any) -> int | float | None:
     return value if is_number(value) else None
 
 
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _session_from_row(row: tuple[Any, ...]) -> OpencodeSession | None:
     values = dict(zip(_SESSION_COLUMNS, row))
     if not isinstance(values["id"], str) or not isinstance(values["directory"], str):
@@ -178,8 +182,9 @@ def _session_from_row(row: tuple[Any, ...]) -> OpencodeSession | None:
         parent_id=values["parent_id"],
         directory=values["directory"],
         agent=values["agent"],
-        model_id=model.get("id"),
-        provider_id=model.get("providerID"),
+        # policy.model/provider are strings or null: a non-string id is an unknown model.
+        model_id=_string(model.get("id")),
+        provider_id=_string(model.get("providerID")),
         cost_usd=_number(values["cost"]),
         tokens_input=_number(values["tokens_input"]),
         tokens_output=_number(values["tokens_output"]),

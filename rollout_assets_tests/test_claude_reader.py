@@ -1,0 +1,464 @@
+"""The Claude Code transcript reader on real project folders and JSONL transcript files."""
+
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.sources.claude import (
+    ClaudeTranscript,
+    ClaudeUsage,
+    claude_project_slug,
+    read_transcript,
+    transcript_files,
+)
+from rollout_assets_tests.builders import assistant_line, usage, user_line, write_transcript
+
+T0 = "2025-01-01T10:00:00.000Z"
+T1 = "2025-01-01T10:00:05.000Z"
+T2 = "2025-01-01T10:00:09.500Z"
+
+
+def parse(tmp_path: Path, lines: list[Any], **options: Any) -> ClaudeTranscript:
+    return read_transcript(write_transcript(tmp_path / "session.jsonl", lines, **options))
+
+
+def text(value: str) -> dict[str, str]:
+    return {"type": "text", "text": value}
+
+
+def thinking(value: str) -> dict[str, str]:
+    return {"type": "thinking", "thinking": value, "signature": "sig"}
+
+
+def tool_use(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+
+def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# ---------------------------------------------------------------------------
+# Project folders
+# ---------------------------------------------------------------------------
+
+
+def test_slug_replaces_every_character_outside_letters_digits_and_dash() -> None:
+    assert claude_project_slug("/home/u/my_proj.v2/proposer-wt/gen1-cand0 x") == (
+        "-home-u-my-proj-v2-proposer-wt-gen1-cand0-x"
+    )
+
+
+def test_slug_replaces_non_ascii_letters_and_digits() -> None:
+    assert claude_project_slug("/tmp/café/\u0661") == "-tmp-caf---"
+
+
+def project(projects: Path, cwd: str) -> Path:
+    folder = projects / claude_project_slug(cwd)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_transcript_files_are_the_jsonl_files_in_sorted_name_order(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    folder = project(projects, "/r/proposer-wt/gen0-cand0")
+    for name in ["b.jsonl", "A.jsonl", "a.jsonl", "notes.txt", "c.jsonl.bak", "d.JSONL"]:
+        (folder / name).write_text("")
+
+    files = transcript_files(["/r/proposer-wt/gen0-cand0"], projects)
+
+    assert files == [folder / "A.jsonl", folder / "a.jsonl", folder / "b.jsonl"]
+
+
+def test_a_missing_project_folder_has_no_transcript_files(tmp_path: Path) -> None:
+    assert transcript_files(["/r/proposer-wt/gen0-cand0"], tmp_path / "projects") == []
+
+
+def test_two_cwd_spellings_of_one_folder_list_its_files_once(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    folder = project(projects, "/r/a_b")
+    (folder / "s1.jsonl").write_text("")
+
+    assert transcript_files(["/r/a_b", "/r/a.b"], projects) == [folder / "s1.jsonl"]
+
+
+def test_two_cwd_spellings_of_two_folders_list_both_in_cwd_order(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    by_link, by_real = project(projects, "/link/wt"), project(projects, "/real/wt")
+    (by_link / "z.jsonl").write_text("")
+    (by_real / "a.jsonl").write_text("")
+
+    assert transcript_files(["/link/wt", "/real/wt"], projects) == [by_link / "z.jsonl", by_real / "a.jsonl"]
+
+
+# ---------------------------------------------------------------------------
+# Lines that are not main-thread conversation
+# ---------------------------------------------------------------------------
+
+
+def test_blank_and_malformed_lines_are_skipped(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            "",
+            "   ",
+            "{not json",
+            '{"type": "user", "message": {"content": NaN}}',
+            user_line("hello"),
+            "[]",
+            "42",
+        ],
+    )
+
+    assert transcript.messages == [{"role": "user", "content": "hello"}]
+
+
+def test_non_conversation_line_types_are_ignored(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            {"type": "summary", "summary": "Fixing bug", "leafUuid": "x"},
+            {"type": "queue-operation", "operation": "enqueue", "timestamp": "2024-12-31T00:00:00.000Z"},
+            {"type": "attachment", "message": {"role": "user", "content": "attached"}},
+            {"type": "system", "message": {"role": "system", "content": "sys"}, "timestamp": T0},
+            user_line("hello", timestamp=T1),
+        ],
+    )
+
+    assert (transcript.messages, transcript.started_at, transcript.main_thread_lines) == (
+        [{"role": "user", "content": "hello"}],
+        T1,
+        1,
+    )
+
+
+def test_conversation_lines_without_an_object_message_are_ignored(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [{"type": "user", "message": "hello", "timestamp": T0}, {"type": "assistant", "timestamp": T0}],
+    )
+
+    assert (transcript.messages, transcript.main_thread_lines, transcript.started_at) == ([], 0, None)
+
+
+def test_sidechain_lines_are_left_out_of_the_main_transcript(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            user_line("main task", timestamp=T0),
+            user_line("sub-agent task", timestamp=T1, isSidechain=True),
+            assistant_line("msg_sub", [text("sub-agent answer")], usage=usage(1000, 100), isSidechain=True),
+            assistant_line("msg_main", [text("main answer")], usage=usage(10, 1), timestamp=T1),
+        ],
+    )
+
+    assert (transcript.messages, transcript.usage) == (
+        [{"role": "user", "content": "main task"}, {"role": "assistant", "content": "main answer"}],
+        ClaudeUsage(tokens_in=10, tokens_out=1),
+    )
+
+
+def test_a_sidechain_only_file_has_no_main_thread_lines(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            user_line("sub-agent task", isSidechain=True),
+            assistant_line("msg_sub", [text("answer")], usage=usage(5, 5), isSidechain=True),
+        ],
+    )
+
+    assert (transcript.main_thread_lines, transcript.messages, transcript.started_at) == (0, [], None)
+
+
+def test_a_non_boolean_sidechain_flag_is_main_thread(tmp_path: Path) -> None:
+    transcript = parse(tmp_path, [user_line("hello", isSidechain="true")])
+
+    assert transcript.messages == [{"role": "user", "content": "hello"}]
+
+
+# ---------------------------------------------------------------------------
+# User lines
+# ---------------------------------------------------------------------------
+
+
+def test_string_user_content_is_a_user_message(tmp_path: Path) -> None:
+    assert parse(tmp_path, [user_line("fix the failing test")]).messages == [
+        {"role": "user", "content": "fix the failing test"}
+    ]
+
+
+def test_tool_results_become_tool_messages_before_the_joined_user_text(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            user_line(
+                [
+                    text("first"),
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "exit 0"},
+                    {"type": "image", "source": {}},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_2",
+                        "content": [text("line a"), {"type": "image"}, text("line b")],
+                    },
+                    text("second"),
+                ]
+            )
+        ],
+    )
+
+    assert transcript.messages == [
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "exit 0"},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": "line a\nline b"},
+        {"role": "user", "content": "first\nsecond"},
+    ]
+
+
+def test_a_tool_result_without_content_has_empty_text(tmp_path: Path) -> None:
+    transcript = parse(tmp_path, [user_line([{"type": "tool_result", "tool_use_id": "toolu_1"}])])
+
+    assert transcript.messages == [{"role": "tool", "tool_call_id": "toolu_1", "content": ""}]
+
+
+def test_a_tool_result_without_a_tool_use_id_is_dropped(tmp_path: Path) -> None:
+    transcript = parse(tmp_path, [user_line([{"type": "tool_result", "content": "orphan"}, text("hi")])])
+
+    assert transcript.messages == [{"role": "user", "content": "hi"}]
+
+
+def test_block_user_content_without_text_adds_no_user_message(tmp_path: Path) -> None:
+    transcript = parse(tmp_path, [user_line([{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}])])
+
+    assert [m["role"] for m in transcript.messages] == ["tool"]
+
+
+# ---------------------------------------------------------------------------
+# Assistant lines
+# ---------------------------------------------------------------------------
+
+
+def test_block_lines_of_one_message_id_merge_into_one_assistant_turn(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [thinking("plan")]),
+            assistant_line("msg_1", [text("I will look.")]),
+            assistant_line("msg_1", [thinking("more")]),
+            assistant_line("msg_1", [tool_use("toolu_1", "Read", {"file_path": "a.py"})]),
+            assistant_line("msg_1", [text("And grep.")]),
+            assistant_line("msg_1", [tool_use("toolu_2", "Grep", {"pattern": "x"})]),
+        ],
+    )
+
+    assert transcript.messages == [
+        {
+            "role": "assistant",
+            "content": "I will look.\nAnd grep.",
+            "reasoning_content": "plan\nmore",
+            "tool_calls": [
+                call("toolu_1", "Read", '{"file_path":"a.py"}'),
+                call("toolu_2", "Grep", '{"pattern":"x"}'),
+            ],
+        }
+    ]
+
+
+def test_consecutive_lines_with_different_ids_are_separate_turns(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path, [assistant_line("msg_1", [text("one")]), assistant_line("msg_2", [text("two")])]
+    )
+
+    assert transcript.messages == [
+        {"role": "assistant", "content": "one"},
+        {"role": "assistant", "content": "two"},
+    ]
+
+
+def test_a_tool_use_with_absent_input_has_empty_object_arguments(tmp_path: Path) -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "TodoRead"}
+
+    assert parse(tmp_path, [assistant_line("msg_1", [block])]).messages == [
+        {"role": "assistant", "content": None, "tool_calls": [call("toolu_1", "TodoRead", "{}")]}
+    ]
+
+
+def test_an_empty_thinking_block_is_not_reasoning(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path, [assistant_line("msg_1", [thinking("")]), assistant_line("msg_1", [text("answer")])]
+    )
+
+    assert transcript.messages == [{"role": "assistant", "content": "answer"}]
+
+
+def test_usage_is_counted_once_per_message_id(tmp_path: Path) -> None:
+    turn_usage = usage(input_tokens=100, output_tokens=50, cache_read=1000, cache_write=200)
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [thinking("plan")], usage=turn_usage),
+            assistant_line("msg_1", [text("answer")], usage=turn_usage),
+            assistant_line("msg_1", [tool_use("toolu_1", "Bash", {"command": "ls"})], usage=turn_usage),
+            user_line([{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py"}]),
+            assistant_line("msg_2", [text("done")], usage=usage(7, 3, 11, 13)),
+        ],
+    )
+
+    assert transcript.usage == ClaudeUsage(tokens_in=107, tokens_out=53, cache_read=1011, cache_write=213)
+
+
+def test_usage_is_counted_once_when_the_first_block_line_is_an_empty_thinking_block(tmp_path: Path) -> None:
+    turn_usage = usage(input_tokens=100, output_tokens=50, cache_read=1000, cache_write=200)
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [thinking("")], usage=turn_usage),
+            assistant_line("msg_1", [text("answer")], usage=turn_usage),
+        ],
+    )
+
+    assert (transcript.usage, transcript.messages) == (
+        ClaudeUsage(tokens_in=100, tokens_out=50, cache_read=1000, cache_write=200),
+        [{"role": "assistant", "content": "answer"}],
+    )
+
+
+def test_a_user_line_between_two_lines_of_one_id_starts_a_new_turn_without_recounting_usage(
+    tmp_path: Path,
+) -> None:
+    turn_usage = usage(input_tokens=100, output_tokens=50)
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [tool_use("toolu_1", "Bash", {"command": "ls"})], usage=turn_usage),
+            user_line([{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py"}]),
+            assistant_line("msg_1", [text("after the result")], usage=turn_usage),
+        ],
+    )
+
+    assert (transcript.messages, transcript.usage) == (
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call("toolu_1", "Bash", '{"command":"ls"}')],
+            },
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "a.py"},
+            {"role": "assistant", "content": "after the result"},
+        ],
+        ClaudeUsage(tokens_in=100, tokens_out=50),
+    )
+
+
+def test_lines_without_a_message_id_are_each_a_turn_with_their_own_usage(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line(None, [text("a")], usage=usage(1, 2)),
+            assistant_line(None, [text("b")], usage=usage(1, 2)),
+        ],
+    )
+
+    assert (len(transcript.messages), transcript.usage) == (2, ClaudeUsage(tokens_in=2, tokens_out=4))
+
+
+def test_non_numeric_usage_fields_count_as_zero(tmp_path: Path) -> None:
+    line_usage = {"input_tokens": "10", "output_tokens": 4, "cache_read_input_tokens": None}
+    transcript = parse(tmp_path, [assistant_line("msg_1", [text("a")], usage=line_usage)])
+
+    assert transcript.usage == ClaudeUsage(tokens_in=0, tokens_out=4, cache_read=0, cache_write=0)
+
+
+def test_the_last_seen_model_wins(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [text("a")], model="claude-opus-4-1"),
+            assistant_line("msg_2", [text("b")], model="claude-sonnet-4-5"),
+            assistant_line("msg_3", [text("c")], model=None),
+        ],
+    )
+
+    assert transcript.model == "claude-sonnet-4-5"
+
+
+def test_the_synthetic_model_is_never_the_model(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [text("a")], model="claude-opus-4-1"),
+            assistant_line("msg_2", [text("API Error: overloaded")], model="<synthetic>"),
+        ],
+    )
+
+    assert transcript.model == "claude-opus-4-1"
+
+
+def test_a_transcript_of_only_synthetic_turns_has_no_model(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path, [assistant_line("msg_1", [text("No response requested.")], model="<synthetic>")]
+    )
+
+    assert transcript.model is None
+
+
+# ---------------------------------------------------------------------------
+# Times, bytes and truncation
+# ---------------------------------------------------------------------------
+
+
+def test_start_and_end_are_the_first_and_last_included_line_timestamps(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            {"type": "summary", "timestamp": "2024-01-01T00:00:00.000Z"},
+            user_line("go", timestamp=T0),
+            assistant_line("msg_1", [text("ok")], timestamp=T1),
+            assistant_line("msg_2", [], timestamp=T2),
+            user_line("sub", timestamp="2025-01-02T00:00:00.000Z", isSidechain=True),
+        ],
+    )
+
+    assert (transcript.started_at, transcript.ended_at) == (T0, T2)
+
+
+def test_lines_without_a_string_timestamp_do_not_set_the_times(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [user_line("go", timestamp=None), user_line("a", timestamp=T1), user_line("b", timestamp=17)],
+    )
+
+    assert (transcript.started_at, transcript.ended_at) == (T1, T1)
+
+
+def test_invalid_utf8_bytes_are_replaced_not_fatal(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path, [b'{"type": "user", "message": {"content": "caf\xe9 \xff ok"}}', user_line("next")]
+    )
+
+    assert transcript.messages == [
+        {"role": "user", "content": "caf\ufffd \ufffd ok"},
+        {"role": "user", "content": "next"},
+    ]
+
+
+def test_a_cut_off_last_line_is_skipped(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            user_line("complete", timestamp=T0),
+            '{"type": "assistant", "message": {"id": "msg_1", "content": [{"ty',
+        ],
+        final_newline=False,
+    )
+
+    assert (transcript.messages, transcript.ended_at) == ([{"role": "user", "content": "complete"}], T0)
+
+
+def test_an_unreadable_file_reads_as_an_empty_transcript(tmp_path: Path) -> None:
+    transcript = read_transcript(tmp_path / "missing.jsonl")
+
+    assert (transcript.messages, transcript.main_thread_lines, transcript.usage) == ([], 0, ClaudeUsage())
+
+
+def test_slug_turns_a_character_outside_the_bmp_into_two_dashes():
+    # Claude Code replaces UTF-16 code units; an emoji is two of them.
+    assert claude_project_slug("/w/a_😀b") == "-w-a---b"

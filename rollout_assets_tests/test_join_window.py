@@ -1,0 +1,197 @@
+"""Joining a proposer shot to its Claude transcript by time window (inputs.md §6), on real files."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout_assets.backfill.join import choose_transcript, parse_iso_ms
+from rollout_assets.sources.claude import ClaudeTranscript, read_transcript
+from rollout_assets_tests.builders import assistant_line, user_line, write_transcript
+
+STARTED = "2025-01-01T10:00:00.000Z"
+COMPLETED = "2025-01-01T10:30:00.000Z"
+RECEIPT = {"startedAt": STARTED, "completedAt": COMPLETED}
+
+
+def transcript_at(tmp_path: Path, name: str, start: str | None) -> ClaudeTranscript:
+    """A real transcript file whose first main-thread line is stamped `start` (None: no stamp)."""
+    path = write_transcript(
+        tmp_path / f"{name}.jsonl",
+        [
+            user_line("go", timestamp=start),
+            assistant_line(f"msg_{name}", [{"type": "text", "text": "ok"}], timestamp=start),
+        ],
+    )
+    return read_transcript(path)
+
+
+def chosen(candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None) -> str | None:
+    match = choose_transcript(candidates, receipt)
+    return None if match is None else match.path.stem
+
+
+# ---------------------------------------------------------------------------
+# The window: 120 s of slack before startedAt and after completedAt, both inclusive
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        ("2025-01-01T09:57:59.999Z", None),
+        ("2025-01-01T09:58:00.000Z", "t"),
+        ("2025-01-01T10:15:00.000Z", "t"),
+        ("2025-01-01T10:32:00.000Z", "t"),
+        ("2025-01-01T10:32:00.001Z", None),
+    ],
+    ids=["1ms-before-slack", "start-boundary", "inside", "end-boundary", "1ms-after-slack"],
+)
+def test_a_transcript_qualifies_only_inside_the_slackened_window(
+    tmp_path: Path, start: str, expected: str | None
+) -> None:
+    assert chosen([transcript_at(tmp_path, "t", start)], RECEIPT) == expected
+
+
+def test_window_boundaries_hold_for_offset_timestamps(tmp_path: Path) -> None:
+    candidate = transcript_at(tmp_path, "t", "2025-01-01T11:58:00.000+02:00")
+
+    assert chosen([candidate], RECEIPT) == "t"
+
+
+def test_the_transcript_starting_closest_to_started_at_wins(tmp_path: Path) -> None:
+    candidates = [
+        transcript_at(tmp_path, "a", "2025-01-01T09:59:00.000Z"),
+        transcript_at(tmp_path, "b", "2025-01-01T10:00:30.000Z"),
+        transcript_at(tmp_path, "c", "2025-01-01T10:20:00.000Z"),
+    ]
+
+    assert chosen(candidates, RECEIPT) == "b"
+
+
+def test_on_a_tie_the_first_candidate_in_order_wins(tmp_path: Path) -> None:
+    candidates = [
+        transcript_at(tmp_path, "late", "2025-01-01T10:01:00.000Z"),
+        transcript_at(tmp_path, "early", "2025-01-01T09:59:00.000Z"),
+    ]
+
+    assert chosen(candidates, RECEIPT) == "late"
+
+
+def test_candidates_outside_the_window_never_win_even_when_closer(tmp_path: Path) -> None:
+    candidates = [
+        transcript_at(tmp_path, "before", "2025-01-01T09:57:00.000Z"),
+        transcript_at(tmp_path, "inside", "2025-01-01T10:29:00.000Z"),
+    ]
+
+    assert chosen(candidates, RECEIPT) == "inside"
+
+
+def test_no_candidate_in_the_window_gives_none(tmp_path: Path) -> None:
+    candidates = [transcript_at(tmp_path, "a", "2025-01-02T10:00:00.000Z")]
+
+    assert chosen(candidates, RECEIPT) is None
+
+
+def test_no_candidates_give_none() -> None:
+    assert chosen([], RECEIPT) is None
+
+
+def test_transcripts_without_a_start_are_skipped(tmp_path: Path) -> None:
+    candidates = [transcript_at(tmp_path, "unstamped", None), transcript_at(tmp_path, "stamped", STARTED)]
+
+    assert chosen(candidates, RECEIPT) == "stamped"
+
+
+def test_a_transcript_with_an_unparseable_start_is_not_in_a_valid_window(tmp_path: Path) -> None:
+    candidates = [transcript_at(tmp_path, "t", "yesterday")]
+
+    assert chosen(candidates, RECEIPT) is None
+
+
+# ---------------------------------------------------------------------------
+# Without a valid window: only an only candidate qualifies
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "receipt",
+    [
+        None,
+        {},
+        {"startedAt": STARTED},
+        {"completedAt": COMPLETED},
+        {"startedAt": "not a time", "completedAt": COMPLETED},
+        {"startedAt": STARTED, "completedAt": 1735725600000},
+    ],
+    ids=["no-receipt", "no-times", "no-completed", "no-started", "garbage-started", "numeric-completed"],
+)
+def test_without_valid_receipt_times_the_only_candidate_qualifies_whenever_it_started(
+    tmp_path: Path, receipt: dict[str, Any] | None
+) -> None:
+    candidates = [transcript_at(tmp_path, "only", "2020-06-01T00:00:00.000Z")]
+
+    assert chosen(candidates, receipt) == "only"
+
+
+def test_without_valid_receipt_times_two_candidates_give_none(tmp_path: Path) -> None:
+    candidates = [transcript_at(tmp_path, "a", STARTED), transcript_at(tmp_path, "b", COMPLETED)]
+
+    assert chosen(candidates, {"startedAt": STARTED}) is None
+
+
+def test_without_valid_receipt_times_an_unstamped_candidate_still_counts_against_the_only_one(
+    tmp_path: Path,
+) -> None:
+    # As the seed: "only candidate" counts every candidate file, stamped or not.
+    candidates = [transcript_at(tmp_path, "unstamped", None), transcript_at(tmp_path, "stamped", STARTED)]
+
+    assert chosen(candidates, None) is None
+
+
+def test_without_valid_receipt_times_an_only_unstamped_candidate_gives_none(tmp_path: Path) -> None:
+    assert chosen([transcript_at(tmp_path, "unstamped", None)], None) is None
+
+
+def test_without_valid_receipt_times_an_only_candidate_with_an_unparseable_start_qualifies(
+    tmp_path: Path,
+) -> None:
+    assert chosen([transcript_at(tmp_path, "odd", "yesterday")], None) == "odd"
+
+
+# ---------------------------------------------------------------------------
+# parse_iso_ms
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2025-01-01T00:00:00Z", 1_735_689_600_000),
+        ("2025-01-01T00:00:00.250Z", 1_735_689_600_250),
+        ("2025-01-01T02:00:00+02:00", 1_735_689_600_000),
+        ("2024-12-31T19:30:00.5-04:30", 1_735_689_600_500),
+        ("2025-01-01T00:00:00", 1_735_689_600_000),
+        ("2025-01-01", 1_735_689_600_000),
+    ],
+    ids=["z", "z-millis", "plus-offset", "minus-offset-fraction", "naive-is-utc", "date-only-is-utc"],
+)
+def test_parse_iso_ms_gives_epoch_milliseconds(value: str, expected: int) -> None:
+    assert parse_iso_ms(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "not a date",
+        "2025-13-01T00:00:00Z",
+        "2025-01-01T25:00:00Z",
+        None,
+        1_735_689_600_000,
+        ["2025-01-01"],
+    ],
+    ids=["empty", "words", "month-13", "hour-25", "none", "number", "list"],
+)
+def test_parse_iso_ms_gives_none_for_anything_else(value: Any) -> None:
+    assert parse_iso_ms(value) is None
