@@ -12,9 +12,10 @@ from dagster import Definitions, EnvVar
 
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
-from rollout_assets.defs.jobs import materialize_round
+from rollout_assets.defs.jobs import materialize_round, materialize_summary
 from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
 from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
+from rollout_assets.defs.summary import rounds_summary
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
 
@@ -37,9 +38,9 @@ def build_resources() -> dict[str, object]:
 
 
 defs = Definitions(
-    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS],
+    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, rounds_summary],
     asset_checks=ROUND_CHECKS,
-    jobs=[materialize_round],
+    jobs=[materialize_round, materialize_summary],
     sensors=[round_dirs_sensor],
     resources=build_resources(),
 )

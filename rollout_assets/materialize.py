@@ -16,7 +16,6 @@ from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.defs.sensors import list_round_dirs
 
-
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets warnings.
 _QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -61,11 +60,27 @@ def materialize_rounds(round_keys: list[str]) -> int:
         if outputs.stats.is_file() and result.success:
             print(json.dumps(json.loads(outputs.stats.read_text()), indent=2))
         for evaluation in sorted(result.get_asset_check_evaluations(), key=lambda e: e.check_name):
-            verdict = "passed" if evaluation.passed else f"FAILED ({evaluation.severity.value})"
+            if evaluation.passed:
+                verdict = "passed"
+            elif evaluation.severity.value == "WARN":
+                verdict = "warning (non-blocking)"
+            else:
+                verdict = "FAILED"
             print(f"  check {evaluation.check_name}: {verdict}")
         for event in result.all_events:
             if event.is_step_failure:
                 print(f"  step {event.step_key} failed: {event.event_specific_data.error.message.strip()}")
         print(f"  ledger: {outputs.ledger}")
         failed += not result.success
-    return 1 if failed else 0
+    summary = defs.resolve_job_def("materialize_summary").execute_in_process(
+        instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
+    )
+    summary_path = ledger_root.path / "rounds-summary.parquet"
+    print(f"\n=== rounds summary: {'written' if summary.success else 'FAILED'} → {summary_path}")
+    if summary.success:
+        import pandas as pd
+
+        from rollout_assets.summary import markdown_table
+
+        print(markdown_table(pd.read_parquet(summary_path)))
+    return 1 if failed or not summary.success else 0

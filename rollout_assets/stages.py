@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,29 @@ from rollout_assets.backfill.lines import LineContext
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl
 from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.round import RoundManifest, build_manifest, manifest_from_json
+
+ProgressLog = Callable[[str], None]
+
+
+class CandidateProgress:
+    """Reports, once per candidate, how many lines a stage produced for it (lines arrive in
+    candidate order), so a long run shows where it is."""
+
+    def __init__(self, stage: str, log: ProgressLog | None):
+        self.stage, self.log = stage, log
+        self.candidate: str | None = None
+        self.count = 0
+
+    def observe(self, line: dict[str, Any]) -> None:
+        if line["candidate_id"] != self.candidate:
+            self.flush()
+            self.candidate, self.count = line["candidate_id"], 0
+        self.count += 1
+
+    def flush(self) -> None:
+        if self.log is not None and self.candidate is not None:
+            self.log(f"{self.stage}: candidate {self.candidate} done ({self.count} lines)")
+        self.candidate = None
 
 
 class RoundChangedError(RuntimeError):
@@ -162,10 +185,13 @@ class CellsSummary:
     by_candidate: dict[str, int] = field(default_factory=dict)
 
 
-def write_campaign_cells(out_dir: Path, outputs: RoundOutputs, captured_at: str) -> CellsSummary:
+def write_campaign_cells(
+    out_dir: Path, outputs: RoundOutputs, captured_at: str, log: ProgressLog | None = None
+) -> CellsSummary:
     """One row per campaign cell: its supervisor line and its distinct worker cwds."""
     manifest = current_manifest(out_dir, outputs)
     summary = CellsSummary()
+    progress = CandidateProgress("campaign_cells", log)
     with AtomicJsonlWriter(outputs.campaign_cells) as writer:
         for row in cell_rows(manifest, line_context(manifest, captured_at)):
             supervisor = row.supervisor
@@ -176,6 +202,8 @@ def write_campaign_cells(out_dir: Path, outputs: RoundOutputs, captured_at: str)
             candidate = supervisor["candidate_id"]
             summary.by_candidate[candidate] = summary.by_candidate.get(candidate, 0) + 1
             writer.write({"supervisor": supervisor, "worker_cwds": row.worker_cwds})
+            progress.observe(supervisor)
+    progress.flush()
     return summary
 
 
@@ -193,10 +221,13 @@ def _stored_context(outputs: RoundOutputs, captured_at: str) -> LineContext:
     return line_context(stored_manifest(outputs), captured_at)
 
 
-def write_worker_sessions(outputs: RoundOutputs, opencode_db: str | os.PathLike[str], captured_at: str) -> BackfillStats:
+def write_worker_sessions(
+    outputs: RoundOutputs, opencode_db: str | os.PathLike[str], captured_at: str, log: ProgressLog | None = None
+) -> BackfillStats:
     """Worker lines of every cell, joined from the opencode store, in ledger order."""
     store = OpencodeStore.open(opencode_db)
     stats = BackfillStats(opencode_db_available=store is not None)
+    progress = CandidateProgress("worker_sessions", log)
     try:
         context = _stored_context(outputs, captured_at)
         lines = episode_lines(read_cell_rows(outputs), store, context, include_supervisors=False)
@@ -204,6 +235,8 @@ def write_worker_sessions(outputs: RoundOutputs, opencode_db: str | os.PathLike[
             for line in lines:
                 stats.observe(line)
                 writer.write(line)
+                progress.observe(line)
+        progress.flush()
     finally:
         if store is not None:
             store.close()

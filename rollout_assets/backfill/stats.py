@@ -34,6 +34,12 @@ class BackfillStats:
     # Cells whose result.json is missing or unreadable: their worker sessions cannot be listed.
     cells_without_worker_list: int = 0
     by_gap_kind: dict[str, int] = field(default_factory=dict)
+    # Per role: rewards labeled and their sum (mean reward = sum / labeled), and Σ cost.usd
+    # with how many lines recorded one (unrecorded cost is not 0).
+    reward_labeled_by_role: dict[str, int] = field(default_factory=dict)
+    reward_sum_by_role: dict[str, float] = field(default_factory=dict)
+    cost_usd_by_role: dict[str, float] = field(default_factory=dict)
+    cost_recorded_by_role: dict[str, int] = field(default_factory=dict)
 
     def observe(self, line: dict[str, Any]) -> None:
         """Count one line of the ledger."""
@@ -45,8 +51,15 @@ class BackfillStats:
             self.full_transcripts += 1
         else:
             self.gap_lines += 1
-        if line["outcome"]["reward"] is not None:
+        reward = line["outcome"]["reward"]
+        if reward is not None:
             self.reward_labeled += 1
+            self.reward_labeled_by_role[role] = self.reward_labeled_by_role.get(role, 0) + 1
+            self.reward_sum_by_role[role] = self.reward_sum_by_role.get(role, 0.0) + reward
+        usd = line["cost"]["usd"]
+        if usd is not None:
+            self.cost_usd_by_role[role] = self.cost_usd_by_role.get(role, 0.0) + usd
+            self.cost_recorded_by_role[role] = self.cost_recorded_by_role.get(role, 0) + 1
         gap = line["provenance"].get("gap")
         kind = gaps.gap_kind(gap) if isinstance(gap, str) else None
         if kind is not None:
@@ -86,4 +99,19 @@ class BackfillStats:
             "proposerTranscriptsEmpty": self.proposer_transcripts_empty,
             "cellsWithoutWorkerList": self.cells_without_worker_list,
             "byGapReason": dict(sorted(self.by_gap_kind.items())),
+            "rewardByRole": {
+                role: {
+                    "labeled": labeled,
+                    "mean": self.reward_sum_by_role[role] / labeled,
+                }
+                for role, labeled in self.reward_labeled_by_role.items()
+            },
+            "costUsdByRole": {
+                role: {"usd": round(usd, 6), "linesWithCost": self.cost_recorded_by_role[role]}
+                for role, usd in self.cost_usd_by_role.items()
+            },
         }
+
+    def mean_reward(self, role: str) -> float | None:
+        labeled = self.reward_labeled_by_role.get(role, 0)
+        return self.reward_sum_by_role[role] / labeled if labeled else None

@@ -155,7 +155,7 @@ def campaign_cells(context: AssetExecutionContext, rounds_root: RoundsRoot, ledg
     key = context.partition_key
     try:
         outputs = ledger_root.writable_outputs(key)
-        summary = write_campaign_cells(rounds_root.round_dir(key), outputs, _captured_at(context))
+        summary = write_campaign_cells(rounds_root.round_dir(key), outputs, _captured_at(context), context.log.info)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
     if summary.cells_without_worker_list:
@@ -193,7 +193,7 @@ def worker_sessions(
         context.log.warning(unavailable)
     try:
         outputs = ledger_root.writable_outputs(key)
-        stats = write_worker_sessions(outputs, opencode.db_path, _captured_at(context))
+        stats = write_worker_sessions(outputs, opencode.db_path, _captured_at(context), context.log.info)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
     if unavailable is None and not stats.opencode_db_available:
@@ -277,12 +277,17 @@ def rollout_ledger(context: AssetExecutionContext, ledger_root: LedgerRoot) -> M
 
 def stats_table(stats: dict[str, Any]) -> str:
     """The counters as Markdown: one table per role, one per gap reason, then the rest."""
-    lines = ["| role | lines |", "|---|---|"]
-    lines += [f"| {role} | {count} |" for role, count in stats["byRole"].items()]
+    rewards, costs = stats["rewardByRole"], stats["costUsdByRole"]
+    lines = ["| role | lines | rewards labeled | mean reward | cost USD |", "|---|---|---|---|---|"]
+    for role, count in stats["byRole"].items():
+        reward = rewards.get(role)
+        mean = f"{reward['mean']:.3f}" if reward else "—"
+        cost = f"{costs[role]['usd']:.4f}" if role in costs else "—"
+        lines.append(f"| {role} | {count} | {reward['labeled'] if reward else 0} | {mean} | {cost} |")
     lines += ["", "| gap reason | lines |", "|---|---|"]
     lines += [f"| {kind} | {count} |" for kind, count in stats["byGapReason"].items()]
     lines += ["", "| counter | value |", "|---|---|"]
-    lines += [f"| {name} | {value} |" for name, value in stats.items() if name not in ("byRole", "byGapReason")]
+    lines += [f"| {name} | {value} |" for name, value in stats.items() if not isinstance(value, dict)]
     return "\n".join(lines)
 
 

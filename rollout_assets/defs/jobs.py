@@ -11,3 +11,9 @@ materialize_round = define_asset_job(
     selection=AssetSelection.groups(ROUNDS_GROUP),
     description="Materialize and check every asset of one round (one `rounds` partition).",
 )
+
+materialize_summary = define_asset_job(
+    "materialize_summary",
+    selection=AssetSelection.groups("summary"),
+    description="Rebuild the cross-round overview from every round's stats.",
+)
