@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_assets.backfill import RoundBackfill
-from rollout_assets.ledger import LedgerValidationError, LedgerWriter, rollout_json_schema
+from rollout_assets.ledger import LedgerValidationError, LedgerWriter, WriterBusyError, rollout_json_schema
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 2
-    except (RoundInputError, LedgerValidationError, FileExistsError) as error:
+    except (RoundInputError, LedgerValidationError, WriterBusyError, FileExistsError) as error:
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -12,6 +12,7 @@ from rollout_assets.ledger import (
     LedgerValidationError,
     LedgerWriter,
     RolloutLine,
+    WriterBusyError,
     read_ledger,
     read_ledger_dicts,
     serialize_line,
@@ -149,9 +150,11 @@ def test_writer_counts_lines_and_streams_to_a_hidden_temp_file(tmp_path: Path) -
         entries_while_writing = folder_entries(tmp_path)
 
     assert writer.count == 2
-    assert len(entries_while_writing) == 1
-    assert entries_while_writing[0].startswith(".rollouts.jsonl.")
-    assert entries_while_writing[0].endswith(".tmp")
+    # While writing: the hidden temp file and the writer's lock; afterwards only the ledger.
+    temp_files = [name for name in entries_while_writing if name.endswith(".tmp")]
+    assert sorted(set(entries_while_writing) - set(temp_files)) == [".rollouts.jsonl.lock"]
+    assert len(temp_files) == 1
+    assert temp_files[0].startswith(".rollouts.jsonl.")
     assert folder_entries(tmp_path) == ["rollouts.jsonl"]
 
 
@@ -281,4 +284,22 @@ def test_lone_surrogate_is_written_as_an_escape_and_reads_back(tmp_path):
     write_ledger(path, [line])
     raw = path.read_bytes()
     assert b"\\ud83d" in raw
-    assert list(read_ledger_dicts(path))[0]["outcome"]["metrics"]["tool_output"] == "cut \ud83d here, café"
+    assert next(iter(read_ledger_dicts(path)))["outcome"]["metrics"]["tool_output"] == "cut \ud83d here, café"
+
+
+def test_second_writer_of_the_same_path_fails_at_once_while_the_first_writes(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    with LedgerWriter(path) as first:
+        first.write(sample_line())
+        with pytest.raises(WriterBusyError, match="being written by another process"), LedgerWriter(path):
+            pass
+    assert [line["rollout_id"] for line in read_ledger_dicts(path)] == [sample_line()["rollout_id"]]
+    assert folder_entries(tmp_path) == ["rollouts.jsonl"]
+
+
+def test_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    write_ledger(path, [sample_line()])
+    (tmp_path / ".rollouts.jsonl.deadbeefdeadbeef.tmp").write_bytes(b'{"half a li')
+    write_ledger(path, [sample_line()])
+    assert folder_entries(tmp_path) == ["rollouts.jsonl"]

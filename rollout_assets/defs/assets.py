@@ -28,6 +28,7 @@ from rollout_assets.defs.resources import (
     OpencodeDatabase,
     RoundsRoot,
 )
+from rollout_assets.ledger import WriterBusyError
 from rollout_assets.sources.round import RoundInputError, RoundManifest
 from rollout_assets.stages import (
     RoundChangedError,
@@ -73,7 +74,14 @@ claude_projects = AssetSpec(
 EXTERNAL_INPUTS = [round_outdir, opencode_db, claude_projects]
 
 # Errors that mean "this round cannot be materialized as it is": one clear sentence in the UI.
-_ROUND_ERRORS = (RoundInputError, ConfigurationError, InvalidRoundKey, RoundChangedError, StageMismatchError)
+_ROUND_ERRORS = (
+    RoundInputError,
+    ConfigurationError,
+    InvalidRoundKey,
+    RoundChangedError,
+    StageMismatchError,
+    WriterBusyError,
+)
 
 
 def _fail(error: Exception, round_key: str) -> Failure:

@@ -9,6 +9,7 @@ dict itself, key order included: it never rewrites a line through the model.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -67,6 +68,56 @@ def _utf8_line(text: str) -> bytes:
         return json.dumps(json.loads(text), ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+class WriterBusyError(RuntimeError):
+    """Another process is writing the same file right now."""
+
+
+def _lock_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
+
+
+def _acquire_lock(path: Path) -> int:
+    """An exclusive lock on `.<basename>.lock`; WriterBusyError when another writer holds it.
+
+    The lock file is removed again on release. A writer that opened it just before that
+    removal would lock a file no longer in the folder, so after locking, the descriptor
+    must still be the file at the lock path; otherwise try again with the new one.
+    """
+    lock_path = _lock_path(path)
+    while True:
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise WriterBusyError(
+                f"{path} is being written by another process right now (lock {lock_path}); "
+                "not writing it twice at once"
+            ) from None
+        try:
+            same_file = os.stat(lock_path).st_ino == os.fstat(descriptor).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if same_file:
+            return descriptor
+        os.close(descriptor)
+
+
+def _release_lock(path: Path, descriptor: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_lock_path(path))
+    os.close(descriptor)  # closing the descriptor releases the lock
+
+
+def _remove_stale_temp_files(path: Path) -> None:
+    """Temp files of this path left by a killed writer (only called while holding the lock)."""
+    prefix = f".{path.name}."
+    for name in os.listdir(path.parent):
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.parent / name)
+
+
 class AtomicJsonlWriter:
     """Streams JSON records into a JSONL file that appears at `path` only once it is complete.
 
@@ -74,6 +125,11 @@ class AtomicJsonlWriter:
     one filesystem and is atomic). A clean exit fsyncs the file, renames it onto `path`
     and fsyncs the folder; any exception deletes the temp file and leaves an existing
     ledger at `path` byte-identical. Readers never see a half-written ledger.
+
+    Two writers of one path never run at once: the writer holds an exclusive lock on
+    `.<basename>.lock` (beside the file, removed on release) from start to rename, and a second
+    writer fails at once with WriterBusyError. Holding the lock also makes it safe to
+    delete temp files a killed writer left behind, which every writer does on start.
     """
 
     def __init__(self, path: StrPath) -> None:
@@ -81,11 +137,14 @@ class AtomicJsonlWriter:
         self.count = 0
         self._temp_path: Path | None = None
         self._file: BinaryIO | None = None
+        self._lock: int | None = None
 
     def __enter__(self) -> Self:
         if self._file is not None:
             raise RuntimeError(f"{type(self).__name__} for {self.path} is already open")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = _acquire_lock(self.path)
+        _remove_stale_temp_files(self.path)
         self._temp_path = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
         # O_EXCL: never share a temp file with a concurrent writer. Mode 0o666 under the
         # umask, so the ledger gets ordinary permissions (mkstemp would make it 0600).
@@ -111,14 +170,19 @@ class AtomicJsonlWriter:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc_type is not None:
-            self._discard()
-            return
         try:
-            self._commit()
-        except BaseException:
-            self._discard()
-            raise
+            if exc_type is not None:
+                self._discard()
+                return
+            try:
+                self._commit()
+            except BaseException:
+                self._discard()
+                raise
+        finally:
+            if self._lock is not None:
+                _release_lock(self.path, self._lock)
+                self._lock = None
 
     def _commit(self) -> None:
         assert self._file is not None and self._temp_path is not None
