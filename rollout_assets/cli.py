@@ -126,7 +126,13 @@ def run_schema(_: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from rollout_assets.demo import write_demo
 
-    layout = write_demo(args.root)
+    try:
+        layout = write_demo(args.root)
+    except ValueError as error:
+        # write_demo checks everything before writing anything (an existing round, a store of
+        # the other schema): a refusal is a one-line error, not a crash.
+        print(f"rollout-assets: error: {error}", file=sys.stderr)
+        return 1
     print(f"demo rounds      → {layout.rounds_root} ({len(layout.rounds)} rounds)")
     for round_dir in layout.rounds:
         print(f"  {round_dir.name}")

@@ -349,6 +349,11 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
 
 
+def _compact_file(value: Any) -> str:
+    """Per-cell files are compact: indenting tens of thousands of them costs more than writing them."""
+    return _compact(value) + "\n"
+
+
 def _digest(*parts: object) -> str:
     return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()
 
@@ -655,15 +660,21 @@ def _plant_baseline_commit_order(plan: _RoundPlan) -> None:
 # ---------------------------------------------------------------------------
 
 
+# Cell cases whose site names a worker cwd (beside the session shapes): its sessions are the point.
+_CWD_CASES = {
+    "non_ascii_text",
+    "cwd_listed_twice",
+    "cwd_with_two_sessions",
+    "cwd_without_session",
+    "result-json-missing",
+    "result-json-corrupt",
+}
+
+
 def _cell_site(plan: _RoundPlan, case: str, cell: _Cell) -> EdgeCaseSite:
     workers = plan.spec.workers_per_cell
     worker = workers - 1 if case == "cwd_without_session" else 0
-    session_case = case in _SESSION_SHAPES or case in {
-        "non_ascii_text",
-        "cwd_listed_twice",
-        "cwd_with_two_sessions",
-        "cwd_without_session",
-    }
+    session_case = case in _SESSION_SHAPES or case in _CWD_CASES
     other = None
     if case == "baseline-commit-order":
         baseline = [c for c in plan.cells if c.campaign.is_baseline]
@@ -786,7 +797,7 @@ def _write_cell(
     )
     if "errored_cell" in cell.cases:
         # The arm crashed before it produced an artifact: no run dir, no settled receipt.
-        _write_file(cell_dir / "cached-result.json", _pretty(_errored_cell_record(cell, rng)))
+        _write_file(cell_dir / "cached-result.json", _compact_file(_errored_cell_record(cell, rng)))
         return
     wall_s = round(rng.uniform(240.0, 1800.0), 3)
     tokens_in, tokens_out = rng.randint(40_000, 900_000), rng.randint(3_000, 60_000)
@@ -801,7 +812,7 @@ def _write_cell(
     patch_text = _cell_patch(cell, rng)
     _write_file(plan.patch_path(cell), patch_text)
     record = _cell_record(plan, cell, rng, wall_s, tokens_in, tokens_out, cost_usd, patch_text)
-    _write_file(cell_dir / "cached-result.json", _pretty(record))
+    _write_file(cell_dir / "cached-result.json", _compact_file(record))
     worker_cwds = [plan.worker_cwd(cell, k) for k in range(plan.spec.workers_per_cell)]
     _write_run_dir(plan, cell, rng, record, worker_cwds, end_ms)
     _write_worker_sessions(cell, worker_cwds, store)
@@ -940,7 +951,7 @@ def _write_run_dir(
     run_dir.mkdir(parents=True)
     artifact = record["artifact"]
     if "cell_without_reward" not in cell.cases:
-        _write_file(run_dir / "judge.json", _pretty(_judge_verdict(cell, artifact)))
+        _write_file(run_dir / "judge.json", _compact_file(_judge_verdict(cell, artifact)))
     brain = [
         {
             "ts": _iso(cell.start_ms + k * 41_000),
@@ -959,7 +970,7 @@ def _write_run_dir(
         _write_file(run_dir / "result.json", '{"sup_status": "done", "recoveredSpend": {"workerCwds": ["')
         return
     _write_file(
-        run_dir / "result.json", _pretty(_supervisor_result(cell, rng, artifact, worker_cwds, end_ms))
+        run_dir / "result.json", _compact_file(_supervisor_result(cell, rng, artifact, worker_cwds, end_ms))
     )
 
 
@@ -1247,7 +1258,8 @@ class _SessionWriter:
             t = self._conversation(session_id, cell, cwd, t, shape, (model_id, provider_id), totals)
         end_ms = t + rng.randint(40, 900)
         if shape.half_second_wall:
-            end_ms = start_ms + ((end_ms - start_ms) // 1000) * 1000 + 500
+            # A wall time of n.5 s: JavaScript's Math.round goes up, Python's round() goes to even.
+            end_ms = start_ms + ((end_ms - start_ms) // 1000 + 1) * 1000 + 500
         title = f"{cell.scenario_id}: " + ("explore the test layout" if parent_id else "worker task")
         row: list[Any] = [session_id, parent_id, cwd, "general" if parent_id else "build"]
         row.append(_compact({"id": model_id, "providerID": provider_id}))
