@@ -1,0 +1,208 @@
+"""Benchmark: the backfill against the cost of just parsing its inputs, and Dagster on top.
+
+    .venv/bin/python bench/bench.py                      # 12,000-cell round, then x2 and x4
+    .venv/bin/python bench/bench.py --instances 40 --scales 1   # a quick smoke run
+
+For each scale it generates one round with the demo generator (7 campaigns: the baseline and
+2 generations x 3 candidates; `--instances` x `--reps` cells each; `--workers` sessions of
+`--steps` steps per cell), then measures, each in its own process so peak memory is that
+process's own:
+
+- the parse floor (bench/parse_floor.py): every input byte the backfill needs, parsed once
+  with `json`, nothing written;
+- the library backfill (`rollout-assets backfill`): wall time, CPU time, peak RSS;
+- the Dagster materialization of the round, every asset and check of the partition
+  (`rollout-assets materialize ROUND` on a fresh SQLite DAGSTER_HOME): wall time, peak RSS.
+
+It prints the ratios and writes them, with the machine, to docs/BENCHMARKS.md.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+
+from rollout_assets.demo import RoundSpec, write_demo
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Measured:
+    wall_s: float
+    cpu_s: float
+    peak_rss_mib: float
+    stdout: str
+
+
+def measure_with_rusage(command: list[str], env: dict[str, str] | None = None) -> Measured:
+    """Run `command`; its wall time, and its own CPU time and peak RSS (os.wait4)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=PROJECT
+    )
+    assert process.stdout is not None
+    stdout = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed with exit code {process.returncode}")
+    return Measured(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout.decode())
+
+
+def input_bytes(*paths: Path) -> int:
+    total = 0
+    for path in paths:
+        if path.is_file():
+            total += path.stat().st_size
+        else:
+            for folder, _, files in os.walk(path):
+                total += sum(os.path.getsize(os.path.join(folder, name)) for name in files)
+    return total
+
+
+def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
+    root = workdir / f"x{scale}"
+    if root.exists():
+        shutil.rmtree(root)
+    spec = RoundSpec(
+        name=f"bench-x{scale}",
+        instances=args.instances * scale,
+        reps=args.reps,
+        generations=2,
+        candidates_per_generation=3,
+        workers_per_cell=args.workers,
+        steps_per_session=args.steps,
+        shots_per_candidate=2,
+        edge_cases=False,
+        seed=7,
+    )
+    started = time.perf_counter()
+    layout = write_demo(root, [spec])
+    generated_s = time.perf_counter() - started
+    out_dir = layout.rounds[0]
+    size = input_bytes(out_dir, layout.opencode_db, layout.claude_projects_dir)
+    print(f"x{scale}: generated {size / 2**20:.0f} MiB in {generated_s:.0f} s", flush=True)
+
+    floor = measure_with_rusage(
+        [str(BIN / "python"), "bench/parse_floor.py", str(out_dir), str(layout.opencode_db), str(layout.claude_projects_dir)]
+    )
+    print(f"x{scale}: parse floor {floor.wall_s:.1f} s", flush=True)
+    ledger = root / "cli-ledger.jsonl"
+    backfill = measure_with_rusage(
+        [str(BIN / "rollout-assets"), "backfill", str(out_dir), str(ledger), "--opencode-db", str(layout.opencode_db),
+         "--claude-projects", str(layout.claude_projects_dir), "--progress", "never"]
+    )
+    stats = json.loads(backfill.stdout[: backfill.stdout.rindex("}") + 1])
+    print(f"x{scale}: backfill {backfill.wall_s:.1f} s, {backfill.peak_rss_mib:.0f} MiB, {stats['lines']} lines", flush=True)
+
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "ROLLOUT_ROUNDS_ROOT": str(layout.rounds_root),
+        "OPENCODE_DB": str(layout.opencode_db),
+        "CLAUDE_PROJECTS_DIR": str(layout.claude_projects_dir),
+        "ROLLOUT_LEDGER_ROOT": str(root / "ledgers"),
+    }
+    dagster = measure_with_rusage([str(BIN / "rollout-assets"), "materialize", out_dir.name], env=env)
+    print(f"x{scale}: dagster {dagster.wall_s:.1f} s, {dagster.peak_rss_mib:.0f} MiB", flush=True)
+    if not args.keep:
+        shutil.rmtree(root)
+    return {
+        "scale": scale,
+        "cells": stats["byRole"].get("supervisor", 0),
+        "sessions": stats["workerSessionsJoined"] + stats["workerSessionsEmpty"],
+        "lines": stats["lines"],
+        "input_mib": size / 2**20,
+        "generate_s": generated_s,
+        "floor_s": floor.wall_s,
+        "floor_rss_mib": floor.peak_rss_mib,
+        "backfill_s": backfill.wall_s,
+        "backfill_cpu_s": backfill.cpu_s,
+        "backfill_rss_mib": backfill.peak_rss_mib,
+        "dagster_s": dagster.wall_s,
+        "dagster_cpu_s": dagster.cpu_s,
+        "dagster_rss_mib": dagster.peak_rss_mib,
+    }
+
+
+def machine() -> str:
+    cpus = os.cpu_count()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()}, {cpus} cores, {memory:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def report(results: list[dict], args: argparse.Namespace) -> str:
+    base = results[0]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured by `bench/bench.py` ({' '.join(sys.argv[1:]) or 'defaults'}) on {machine()},",
+        f"on {time.strftime('%Y-%m-%d')}. Each figure comes from one run of the script, all on the same files.",
+        "",
+        ("| scale | cells | worker sessions | lines | inputs MiB | parse floor s | backfill s (CPU s) | backfill / floor "
+        "| backfill peak MiB | Dagster s | Dagster / backfill | Dagster peak MiB |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| x{r['scale']} | {r['cells']:,} | {r['sessions']:,} | {r['lines']:,} | {r['input_mib']:.0f} "
+            f"| {r['floor_s']:.1f} | {r['backfill_s']:.1f} ({r['backfill_cpu_s']:.1f}) "
+            f"| {r['backfill_s'] / r['floor_s']:.2f} | {r['backfill_rss_mib']:.0f} | {r['dagster_s']:.1f} "
+            f"| {r['dagster_s'] / r['backfill_s']:.2f} | {r['dagster_rss_mib']:.0f} |"
+        )
+    lines += ["", "Growth against x1 (time ratio; linear would equal the scale):", ""]
+    for r in results[1:]:
+        lines.append(
+            f"- x{r['scale']}: backfill x{r['backfill_s'] / base['backfill_s']:.2f}, "
+            f"Dagster x{r['dagster_s'] / base['dagster_s']:.2f}, peak memory of the backfill "
+            f"{r['backfill_rss_mib']:.0f} MiB (x1: {base['backfill_rss_mib']:.0f} MiB)"
+        )
+    targets = [
+        ("library backfill wall time <= 1.5 x parse floor", all(r["backfill_s"] <= 1.5 * r["floor_s"] for r in results)),
+        ("backfill peak memory <= 256 MiB", all(r["backfill_rss_mib"] <= 256 for r in results)),
+        ("Dagster materialization <= 1.3 x library backfill", all(r["dagster_s"] <= 1.3 * r["backfill_s"] for r in results)),
+    ]
+    if len(results) > 1 and results[-1]["scale"] == 4 * base["scale"]:
+        targets.append(("x4 the round costs <= x4.4 the time", results[-1]["backfill_s"] <= 4.4 * base["backfill_s"]))
+    lines += ["", "| target | met |", "|---|---|"]
+    lines += [f"| {name} | {'yes' if met else 'NO'} |" for name, met in targets]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", type=int, default=429, help="instances at x1 (x 4 reps x 7 campaigns = cells)")
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2, help="worker sessions per cell")
+    parser.add_argument("--steps", type=int, default=10, help="assistant steps per worker session")
+    parser.add_argument("--scales", default="1,2,4")
+    parser.add_argument("--workdir", default="/tmp/rollout-assets-bench")
+    parser.add_argument("--out", default=str(PROJECT / "docs" / "BENCHMARKS.md"))
+    parser.add_argument("--keep", action="store_true", help="keep the generated rounds")
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = [bench_scale(workdir, int(scale), args) for scale in args.scales.split(",")]
+    text = report(results, args)
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    (workdir / "results.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

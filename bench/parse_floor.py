@@ -1,0 +1,94 @@
+"""The parse floor of one round: read every input byte the backfill needs, parse it once with
+the standard `json` module, write nothing.
+
+    python bench/parse_floor.py OUTDIR OPENCODE_DB CLAUDE_PROJECTS_DIR
+
+It is the cost any backfill must pay at least: the cell caches, every result.json and
+judge.json, the shot receipts, the cost ledger, the message and part rows of every session of
+the round's worker cwds, and every Claude transcript of the round's proposer worktrees. It
+prints the bytes and JSON documents it parsed, as JSON.
+"""
+
+import json
+import os
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+_SLUG = re.compile(r"[^A-Za-z0-9-]")
+
+
+def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
+    out = Path(os.path.abspath(out_dir))
+    parsed_bytes = 0
+    documents = 0
+    cwds: list[str] = []
+
+    def parse(raw: bytes):
+        nonlocal parsed_bytes, documents
+        parsed_bytes += len(raw)
+        documents += 1
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    improve = out / "improve-run"
+    for extra in (improve / "loop-provenance.json",):
+        if extra.is_file():
+            parse(extra.read_bytes())
+    ledger = improve / "cost-ledger.jsonl"
+    if ledger.is_file():
+        for line in ledger.read_bytes().splitlines():
+            parse(line)
+    caches = sorted((improve / "baseline").glob("*/cached-result.json"))
+    caches += sorted(improve.glob("gen-*/candidate-*/*/cached-result.json"))
+    for cache in caches:
+        record = parse(cache.read_bytes())
+        artifact = record.get("artifact") if isinstance(record, dict) else None
+        run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
+        if not isinstance(run_dir, str):
+            continue
+        for name in ("judge.json", "result.json"):
+            path = Path(run_dir, name)
+            if path.is_file():
+                value = parse(path.read_bytes())
+                if name == "result.json" and isinstance(value, dict):
+                    listed = (value.get("recoveredSpend") or {}).get("workerCwds") or []
+                    cwds += [cwd for cwd in listed if isinstance(cwd, str)]
+
+    connection = sqlite3.connect(f"file:{opencode_db}?mode=ro", uri=True)
+    unique_cwds = sorted(set(cwds))
+    for start in range(0, len(unique_cwds), 500):
+        batch = unique_cwds[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        session_ids = [row[0] for row in connection.execute(f"SELECT id FROM session WHERE directory IN ({marks})", batch)]
+        for session_id in session_ids:
+            for (data,) in connection.execute("SELECT data FROM message WHERE session_id = ?", (session_id,)):
+                parse(data.encode() if isinstance(data, str) else data)
+            for (data,) in connection.execute(
+                "SELECT p.data FROM part p JOIN message m ON m.id = p.message_id WHERE m.session_id = ?", (session_id,)
+            ):
+                parse(data.encode() if isinstance(data, str) else data)
+    connection.close()
+
+    shots = out / "proposer-shots"
+    worktrees: set[str] = set()
+    for receipt in sorted(shots.glob("*.json")) + sorted(shots.glob("*/*.json")):
+        parse(receipt.read_bytes())
+        name = receipt.stem.rsplit("-shot", 1)[0]
+        author = receipt.parent.name if receipt.parent != shots else None
+        worktrees.add(str(out / "proposer-wt" / (f"{name}-{author}" if author else name)))
+    for worktree in sorted(worktrees):
+        folder = Path(claude_projects) / _SLUG.sub("-", worktree)
+        for transcript in sorted(folder.glob("*.jsonl")):
+            with open(transcript, "rb") as handle:
+                for line in handle:
+                    if line.strip():
+                        parse(line)
+    print(json.dumps({"bytes": parsed_bytes, "documents": documents}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
