@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Self
 
+import orjson
 from pydantic import ValidationError
 
 from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, RolloutLine
@@ -39,33 +40,44 @@ def _rollout_id_of(line: Any) -> str:
     return "<no rollout_id>"
 
 
-def serialize_line(line: dict[str, Any]) -> str:
-    """Validate one line and return its compact JSON, without the trailing newline."""
+def _validate(line: dict[str, Any]) -> None:
     try:
         RolloutLine.model_validate(line)
     except ValidationError as error:
         raise LedgerValidationError(
             f"rollout {_rollout_id_of(line)} is not a valid {ROLLOUT_SCHEMA} line: {error}"
         ) from error
+
+
+def _encode_record(record: dict[str, Any]) -> bytes:
+    """One JSONL line (newline included): compact UTF-8 JSON of the dict, key order kept.
+
+    orjson writes it (several times faster than the standard module). What orjson refuses,
+    the standard module writes: integers beyond 64 bits, and a lone UTF-16 surrogate (a
+    truncated emoji escape in a tool output), which has no UTF-8 form and is written as an
+    escape, as JavaScript's JSON.stringify does; the JSON value is the same. NaN and
+    Infinity never reach here: strict parsing refuses them in inputs, validation in lines.
+    """
     try:
-        return json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        pass
+    try:
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:
         # The model accepts a few non-JSON Python values (a model instance, a tuple of
         # messages); the file must hold plain JSON only.
-        raise LedgerValidationError(f"rollout {_rollout_id_of(line)} is not plain JSON: {error}") from error
-
-
-def _utf8_line(text: str) -> bytes:
-    """One JSONL line as UTF-8.
-
-    A lone surrogate (a truncated emoji escape such as `"\\ud83d"` in a tool output) has no
-    UTF-8 form. JavaScript's JSON.stringify writes it as an escape; so does this, by
-    re-dumping that one line with ASCII escapes. The JSON value is the same.
-    """
+        raise LedgerValidationError(f"rollout {_rollout_id_of(record)} is not plain JSON: {error}") from error
     try:
         return text.encode("utf-8") + b"\n"
     except UnicodeEncodeError:
-        return json.dumps(json.loads(text), ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+        return json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def serialize_line(line: dict[str, Any]) -> str:
+    """Validate one line and return its compact JSON, without the trailing newline."""
+    _validate(line)
+    return _encode_record(line)[:-1].decode("utf-8")
 
 
 class WriterBusyError(RuntimeError):
@@ -153,15 +165,15 @@ class AtomicJsonlWriter:
         self.count = 0
         return self
 
-    def serialize(self, record: dict[str, Any]) -> str:
-        """Compact JSON of one record (no validation: a stage file of this project's own rows)."""
-        return json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    def encode(self, record: dict[str, Any]) -> bytes:
+        """One line of JSON (no validation: a stage file of this project's own rows)."""
+        return _encode_record(record)
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record; a record that cannot be written raises before anything is appended."""
         if self._file is None:
             raise RuntimeError(f"{type(self).__name__}.write called outside its `with` block")
-        self._file.write(_utf8_line(self.serialize(record)))
+        self._file.write(self.encode(record))
         self.count += 1
 
     def __exit__(
@@ -216,8 +228,9 @@ class LedgerWriter(AtomicJsonlWriter):
     whole file: an existing ledger at `path` stays byte-identical.
     """
 
-    def serialize(self, record: dict[str, Any]) -> str:
-        return serialize_line(record)
+    def encode(self, record: dict[str, Any]) -> bytes:
+        _validate(record)
+        return _encode_record(record)
 
 
 def write_ledger(path: StrPath, lines: Iterable[dict[str, Any]]) -> int:
@@ -238,6 +251,13 @@ def _parse_line(raw: bytes, path: StrPath, lineno: int) -> dict[str, Any]:
         raise LedgerReadError(f"{path}:{lineno}: missing final newline (the last line is cut off)")
     if not raw.strip():
         raise LedgerReadError(f"{path}:{lineno}: blank line")
+    try:
+        line = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass  # say exactly what is wrong below (or accept what only orjson refuses)
+    else:
+        if isinstance(line, dict):
+            return line
     try:
         text = raw[:-1].decode("utf-8")
     except UnicodeDecodeError as error:
