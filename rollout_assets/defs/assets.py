@@ -90,7 +90,7 @@ def _fail(error: Exception, round_key: str) -> Failure:
 
 def _captured_at(context: AssetExecutionContext) -> str:
     """One capture time per run: the run's creation time, so every stage of a run agrees."""
-    record = context.instance.get_run_record_by_id(context.run_id)
+    record = context.instance.get_run_record_by_id(context.run.run_id)
     created = record.create_timestamp if record is not None else datetime.now(UTC)
     return created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -1,0 +1,92 @@
+"""Start and stop a real `dagster dev` (webserver + daemon) for end-to-end tests.
+
+Started in its own session with default signal handling (a background child of a
+non-interactive shell would otherwise ignore SIGINT and SIGTERM), polled on /server_info
+until it answers, and stopped by process group: SIGTERM, then SIGKILL after a grace period.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing listens on the port any more (a bind test would trip over TIME_WAIT sockets)."""
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 20) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    # The group's other members (code server, daemon) go with it.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def dagster_dev(env: dict[str, str], log_path: Path, startup_timeout_s: float = 90) -> Iterator[str]:
+    """Yield the base URL of a running `dagster dev` bound to 127.0.0.1 on a free port."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    dagster = str(Path(sys.executable).parent / "dagster")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [dagster, "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+            cwd=PROJECT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_signals,  # noqa: PLW1509 (no threads yet in this test process)
+        )
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"dagster dev exited with {process.returncode}; see {log_path}")
+                try:
+                    with urllib.request.urlopen(f"{url}/server_info", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"dagster dev did not answer within {startup_timeout_s} s; see {log_path}")
+                time.sleep(0.5)
+            yield url
+        finally:
+            _stop(process)
+    deadline = time.monotonic() + 15
+    while not port_is_free(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert port_is_free(port), f"port {port} still taken after stopping dagster dev"
