@@ -32,9 +32,13 @@ def port_is_free(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def _default_signals() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+# Run through a tiny Python launcher that restores default SIGINT/SIGTERM handling and then
+# execs the real command (a preexec_fn would do the same, but is unsafe with threads).
+_WITH_DEFAULT_SIGNALS = (
+    "import os, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 20) -> None:
@@ -61,13 +65,13 @@ def dagster_dev(env: dict[str, str], log_path: Path, startup_timeout_s: float = 
     dagster = str(Path(sys.executable).parent / "dagster")
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [dagster, "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+            [sys.executable, "-c", _WITH_DEFAULT_SIGNALS, dagster, "dev", "-h", "127.0.0.1", "-p", str(port),
+             "-w", "workspace.yaml"],
             cwd=PROJECT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_default_signals,  # noqa: PLW1509 (no threads yet in this test process)
         )
         try:
             deadline = time.monotonic() + startup_timeout_s
