@@ -25,9 +25,11 @@ from rollout_assets.ledger.schema import RolloutLine
 
 SAMPLE_SIZE = 10
 
-_GEN = re.compile(r"^gen-(\d+)$")
-_CAND = re.compile(r"^candidate-(\d+)$")
-_RECEIPT = re.compile(r"^gen(\d+)-cand(\d+)-shot(\d+)\.json$")
+# ASCII digits and a true end of name (`$` would also match before a trailing newline), as the
+# loop writes them: a folder the join does not read as a campaign must not be expected here either.
+_GEN = re.compile(r"^gen-(\d+)\Z", re.ASCII)
+_CAND = re.compile(r"^candidate-(\d+)\Z", re.ASCII)
+_RECEIPT = re.compile(r"^gen(\d+)-cand(\d+)-shot(\d+)\.json\Z", re.ASCII)
 
 
 @dataclass
@@ -238,6 +240,15 @@ def audit_proposers(out_dir: Path, ledger_path: Path) -> AuditResult:
     return _compare(expected, seen)
 
 
+def _why_invalid(error: ValueError) -> str:
+    """What is wrong with a line: the first field error (pydantic's first line only counts them)."""
+    if isinstance(error, ValidationError):
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error).splitlines()[0]
+
+
 def audit_integrity(ledger_path: Path) -> AuditResult:
     """Every line validates, every empty transcript carries a gap, ids are unique, parents exist."""
     problems: list[str] = []
@@ -254,7 +265,7 @@ def audit_integrity(ledger_path: Path) -> AuditResult:
                 RolloutLine.model_validate(line)
             except (ValueError, ValidationError) as error:
                 counts["invalid"] += 1
-                problems.append(f"{ledger_path}:{lineno}: {str(error).splitlines()[0]}")
+                problems.append(f"{ledger_path}:{lineno}: {_why_invalid(error)}")
                 continue
             if not line["messages"] and not line["provenance"].get("gap"):
                 counts["unlabeled_gaps"] += 1

@@ -50,9 +50,11 @@ class RoundFingerprint:
 
 
 def _listdir(folder: Path) -> list[str]:
+    # Any OSError (missing, not a folder, unreadable, symlink loop) means "nothing to read here":
+    # the round is still requested, and its run says loudly what it cannot read.
     try:
         return sorted(os.listdir(folder))
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:
         return []
 
 
@@ -82,7 +84,7 @@ def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
             cache = campaign / name / "cached-result.json"
             try:
                 stat = cache.stat()
-            except (FileNotFoundError, NotADirectoryError):
+            except OSError:
                 continue
             cells += 1
             files.append(cache)
@@ -110,7 +112,7 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
     for path in files:
         try:
             stat = path.stat()
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:
             continue
         present += 1
         newest = max(newest, stat.st_mtime)

@@ -1,0 +1,449 @@
+"""The round assets and checks materialized through Dagster on a real instance and real files.
+
+Every run goes through `dagster.materialize` on an `instance_for_test()` instance (or, for the
+command-line tests, a DAGSTER_HOME built from `deploy/local/dagster.yaml`), with resources
+pointing at a demo round written by `rollout_assets.demo` and a temporary ledger root. The
+expected ledger is what the command-line backfill writes for the same round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, MarkdownMetadataValue, instance_for_test
+
+from rollout_assets.backfill.gaps import GAP_KINDS
+from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
+from rollout_assets.demo import DemoLayout, edge_case_sites
+from rollout_assets_tests.dagster_rounds import (
+    CHECK_NAMES,
+    ROUND,
+    ROUND_SPEC,
+    SMALL_SPEC,
+    cli_backfill,
+    evaluations,
+    files_under,
+    materializations,
+    materialize_round,
+    metadata_values,
+    pickled_files,
+    read_jsonl,
+    round_resources,
+    step_failures,
+    without_captured_at,
+    write_rounds,
+)
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+ROUND_ASSET_NAMES = {
+    "round_manifest",
+    "campaign_cells",
+    "worker_sessions",
+    "proposer_transcripts",
+    "rollout_ledger",
+    "rollout_stats",
+}
+ROLES = ("supervisor", "worker", "proposer")
+
+
+@pytest.fixture(scope="module")
+def instance() -> Iterator[DagsterInstance]:
+    with instance_for_test() as test_instance:
+        yield test_instance
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    """round-001 of the shipped demo, written once; tests that change inputs write their own."""
+    return write_rounds(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def ledger_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ledgers")
+
+
+@pytest.fixture(scope="module")
+def materialized(instance: DagsterInstance, demo: DemoLayout, ledger_root: Path) -> Any:
+    """One full materialization of round-001, shared by the tests that only read its results."""
+    return materialize_round(instance, round_resources(demo, ledger_root))
+
+
+@pytest.fixture(scope="module")
+def backfilled(demo: DemoLayout, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """(ledger path, stats JSON) of the command-line backfill of round-001."""
+    ledger_path = tmp_path_factory.mktemp("cli") / "round-001.jsonl"
+    stats = cli_backfill(demo, demo.rounds_root / ROUND, ledger_path)
+    return ledger_path, stats
+
+
+# ---------------------------------------------------------------------------
+# A full materialization
+# ---------------------------------------------------------------------------
+
+
+def test_every_asset_of_the_round_is_materialized_for_its_partition(materialized: Any) -> None:
+    assert materialized.success
+    found = materializations(materialized)
+    assert set(found) == ROUND_ASSET_NAMES
+    assert {name: m.partition for name, m in found.items()} == dict.fromkeys(ROUND_ASSET_NAMES, ROUND)
+
+
+def test_every_check_passes_and_is_recorded_for_the_round(materialized: Any) -> None:
+    found = evaluations(materialized)
+
+    assert set(found) == CHECK_NAMES
+    assert {name: (e.passed, e.partition) for name, e in found.items()} == dict.fromkeys(
+        CHECK_NAMES, (True, ROUND)
+    )
+    assert {name: e.metadata["round"].value for name, e in found.items()} == dict.fromkeys(CHECK_NAMES, ROUND)
+
+
+def test_check_evaluations_are_stored_per_partition_in_the_instance(
+    materialized: Any, instance: DagsterInstance
+) -> None:
+    stored = [
+        event.asset_check_evaluation
+        for event in instance.all_logs(materialized.run_id)
+        if event.dagster_event is not None
+        and event.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
+    assert sorted((e.check_name, e.partition, e.passed) for e in stored) == sorted(
+        (name, ROUND, True) for name in CHECK_NAMES
+    )
+
+
+def test_ledger_is_the_cli_backfill_apart_from_captured_at(
+    materialized: Any, ledger_root: Path, backfilled: tuple[Path, dict[str, Any]]
+) -> None:
+    ledger_path = ledger_root / ROUND / "rollout-ledger.jsonl"
+    cli_ledger, _ = backfilled
+
+    dagster_lines = read_jsonl(ledger_path)
+    cli_lines = read_jsonl(cli_ledger)
+
+    assert len(dagster_lines) == 93
+    assert without_captured_at(dagster_lines) == without_captured_at(cli_lines)
+
+
+def test_all_lines_of_one_run_share_one_captured_at(materialized: Any, ledger_root: Path) -> None:
+    lines = read_jsonl(ledger_root / ROUND / "rollout-ledger.jsonl")
+    assert len({line["provenance"]["captured_at"] for line in lines}) == 1
+
+
+def test_stats_file_is_the_cli_backfill_stats(
+    materialized: Any, ledger_root: Path, backfilled: tuple[Path, dict[str, Any]]
+) -> None:
+    _, cli_stats = backfilled
+    stored = json.loads((ledger_root / ROUND / "rollout-stats.json").read_text(encoding="utf-8"))
+    assert stored == cli_stats
+
+
+def _counts_of(stats: dict[str, Any]) -> dict[str, int]:
+    """The ledger metadata the UI plots, computed from a stats JSON."""
+    counts = {
+        "lines": stats["lines"],
+        "gap_lines": stats["gapLines"],
+        "full_transcripts": stats["fullTranscripts"],
+        "reward_labeled": stats["rewardLabeled"],
+    }
+    counts.update({f"lines_{role}": stats["byRole"].get(role, 0) for role in ROLES})
+    counts.update({f"gap_{kind}": stats["byGapReason"].get(kind, 0) for kind in GAP_KINDS})
+    return counts
+
+
+def test_ledger_metadata_numbers_equal_the_backfill_stats(
+    materialized: Any, backfilled: tuple[Path, dict[str, Any]]
+) -> None:
+    _, cli_stats = backfilled
+    metadata = metadata_values(materializations(materialized)["rollout_ledger"].metadata)
+    expected = _counts_of(cli_stats)
+
+    assert {name: metadata[name] for name in expected} == expected
+    assert metadata["dagster/row_count"] == cli_stats["lines"] == 93
+
+
+def test_stats_metadata_numbers_equal_the_backfill_stats(
+    materialized: Any, backfilled: tuple[Path, dict[str, Any]]
+) -> None:
+    _, cli_stats = backfilled
+    metadata = metadata_values(materializations(materialized)["rollout_stats"].metadata)
+    expected = _counts_of(cli_stats) | {
+        "worker_sessions_joined": cli_stats["workerSessionsJoined"],
+        "worker_cwds_missed": cli_stats["workerCwdsMissed"],
+        "worker_sessions_empty": cli_stats["workerSessionsEmpty"],
+        "proposer_shots_joined": cli_stats["proposerShotsJoined"],
+        "proposer_shots_missed": cli_stats["proposerShotsMissed"],
+        "proposer_transcripts_empty": cli_stats["proposerTranscriptsEmpty"],
+        "cells_without_worker_list": cli_stats["cellsWithoutWorkerList"],
+        "opencode_db_available": True,
+        "gap_rate": cli_stats["gapLines"] / cli_stats["lines"],
+    }
+
+    assert {name: metadata[name] for name in expected} == expected
+
+
+def test_stage_metadata_numbers_add_up_to_the_ledger(
+    materialized: Any, backfilled: tuple[Path, dict[str, Any]]
+) -> None:
+    _, cli_stats = backfilled
+    found = {name: metadata_values(m.metadata) for name, m in materializations(materialized).items()}
+
+    assert found["campaign_cells"]["cells"] == cli_stats["byRole"]["supervisor"] == 30
+    assert found["round_manifest"]["cells"] == 30
+    assert found["round_manifest"]["shot_receipts"] == cli_stats["byRole"]["proposer"] == 4
+    assert found["worker_sessions"]["lines"] == cli_stats["byRole"]["worker"]
+    assert found["worker_sessions"]["sessions_joined"] == cli_stats["workerSessionsJoined"]
+    assert found["worker_sessions"]["cwds_missed"] == cli_stats["workerCwdsMissed"]
+    assert found["proposer_transcripts"]["lines"] == 4
+    assert found["proposer_transcripts"]["shots_missed"] == cli_stats["proposerShotsMissed"]
+
+
+def test_manifest_metadata_carries_a_markdown_table_of_the_campaigns(materialized: Any) -> None:
+    table = materializations(materialized)["round_manifest"].metadata["candidates"]
+
+    assert isinstance(table, MarkdownMetadataValue)
+    rows = table.value.splitlines()
+    assert (
+        rows[0] == "| candidate | generation | commit | cells | reps | resolved | cached | shots | cost USD |"
+    )
+    # baseline + 2 generations x 2 candidates, 6 cells each
+    assert [row.split(" | ")[0] for row in rows[2:]] == [
+        "| baseline",
+        "| gen0-cand0",
+        "| gen0-cand1",
+        "| gen1-cand0",
+        "| gen1-cand1",
+    ]
+    assert [row.split(" | ")[3] for row in rows[2:]] == ["6"] * 5
+
+
+def test_stats_metadata_carries_a_markdown_table_per_role_and_gap_reason(
+    materialized: Any, backfilled: tuple[Path, dict[str, Any]]
+) -> None:
+    _, cli_stats = backfilled
+    table = materializations(materialized)["rollout_stats"].metadata["stats"]
+
+    assert isinstance(table, MarkdownMetadataValue)
+    rows = table.value.splitlines()
+    assert rows[0] == "| role | lines | rewards labeled | mean reward | cost USD |"
+    assert [row.split(" | ")[:2] for row in rows[2:5]] == [
+        [f"| {role}", str(cli_stats["byRole"][role])] for role in ROLES
+    ]
+    assert "| gap reason | lines |" in rows
+    for kind, count in cli_stats["byGapReason"].items():
+        assert f"| {kind} | {count} |" in rows
+
+
+def test_stage_files_are_json_or_jsonl(materialized: Any, ledger_root: Path) -> None:
+    folder = ledger_root / ROUND
+    files = files_under(folder)
+
+    assert [path.relative_to(folder).as_posix() for path in files] == [
+        "manifest.json",
+        "rollout-ledger.jsonl",
+        "rollout-stats.json",
+        "stages/campaign-cells.jsonl",
+        "stages/proposer-transcripts.jsonl",
+        "stages/worker-sessions.json",
+        "stages/worker-sessions.jsonl",
+    ]
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            assert all(isinstance(json.loads(line), dict) for line in text.splitlines())
+        else:
+            assert isinstance(json.loads(text), dict)
+
+
+def test_nothing_is_pickled_under_the_ledger_root_or_the_instance_storage(
+    materialized: Any, ledger_root: Path, instance: DagsterInstance
+) -> None:
+    storage = Path(instance.storage_directory())
+
+    assert pickled_files(ledger_root) == []
+    assert pickled_files(storage) == []
+    # No IO manager output was stored for any round asset.
+    assert [p for p in files_under(storage) if set(p.parts) & ROUND_ASSET_NAMES] == []
+
+
+# ---------------------------------------------------------------------------
+# Idempotence and failures (each writes its own round: they change inputs or outputs)
+# ---------------------------------------------------------------------------
+
+
+def test_rematerializing_gives_the_same_ledger_apart_from_captured_at(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    resources = round_resources(layout, tmp_path / "ledgers")
+    ledger_path = tmp_path / "ledgers" / ROUND / "rollout-ledger.jsonl"
+    with instance_for_test() as test_instance:
+        assert materialize_round(test_instance, resources).success
+        first = read_jsonl(ledger_path)
+        second_run = materialize_round(test_instance, resources)
+
+    assert second_run.success
+    assert without_captured_at(read_jsonl(ledger_path)) == without_captured_at(first)
+
+
+def _corrupt_a_cell_cache(layout: DemoLayout) -> Path:
+    cache = edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"].cell_dir / "cached-result.json"
+    cache.write_text('{"cellId": "truncated', encoding="utf-8")
+    return cache
+
+
+def test_corrupt_cell_cache_fails_round_manifest_naming_the_file_and_writes_no_ledger(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    cache = _corrupt_a_cell_cache(layout)
+    with instance_for_test() as test_instance:
+        result = materialize_round(test_instance, round_resources(layout, tmp_path / "ledgers"))
+
+    assert not result.success
+    failures = step_failures(result)
+    assert list(failures) == ["round_manifest"]
+    assert failures["round_manifest"].startswith(f"{cache}: cell cache is not valid JSON")
+    assert materializations(result) == {}
+    assert not (tmp_path / "ledgers" / ROUND / "rollout-ledger.jsonl").exists()
+
+
+def test_corrupt_cell_cache_leaves_the_previous_ledger_intact(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    resources = round_resources(layout, tmp_path / "ledgers")
+    folder = tmp_path / "ledgers" / ROUND
+    with instance_for_test() as test_instance:
+        assert materialize_round(test_instance, resources).success
+        before = {path: path.read_bytes() for path in files_under(folder)}
+        _corrupt_a_cell_cache(layout)
+        result = materialize_round(test_instance, resources)
+
+    assert not result.success
+    assert list(step_failures(result)) == ["round_manifest"]
+    assert {path: path.read_bytes() for path in files_under(folder)} == before
+
+
+def test_missing_opencode_db_still_materializes_with_gap_lines(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    missing_db = tmp_path / "nowhere" / "opencode.db"
+    resources = round_resources(layout, tmp_path / "ledgers", opencode_db=missing_db)
+    with instance_for_test() as test_instance:
+        result = materialize_round(test_instance, resources)
+
+    assert result.success
+    assert {name: e.passed for name, e in evaluations(result).items()} == dict.fromkeys(CHECK_NAMES, True)
+    found = {name: metadata_values(m.metadata) for name, m in materializations(result).items()}
+    assert found["worker_sessions"]["opencode_db_available"] is False
+    assert found["worker_sessions"]["opencode_db"] == str(missing_db)
+    assert found["rollout_stats"]["opencode_db_available"] is False
+    workers = found["rollout_ledger"]["lines_worker"]
+    # One gap line per distinct worker cwd: the demo's 30 cells list 58 of them.
+    assert (
+        workers
+        == found["worker_sessions"]["gap_lines"]
+        == found["rollout_ledger"]["gap_opencode_store_unavailable"]
+    )
+    assert workers == 58
+    assert found["worker_sessions"]["sessions_joined"] == 0
+
+
+def test_missing_round_directory_fails_clearly(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    with instance_for_test() as test_instance:
+        result = materialize_round(
+            test_instance, round_resources(layout, tmp_path / "ledgers"), key="round-404"
+        )
+
+    assert not result.success
+    assert step_failures(result) == {
+        "round_manifest": f"round 'round-404' has no directory {layout.rounds_root / 'round-404'} under the "
+        "rounds root (moved or deleted? set ROLLOUT_ROUNDS_ROOT to the folder that holds it)"
+    }
+    assert materializations(result) == {}
+    assert not (tmp_path / "ledgers" / "round-404" / "rollout-ledger.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------
+# Command lines, as subprocesses on a DAGSTER_HOME built like scripts/env.sh does
+# ---------------------------------------------------------------------------
+
+
+def _dagster_home(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copy(PROJECT_DIR / "deploy" / "local" / "dagster.yaml", folder / "dagster.yaml")
+    return folder
+
+
+def _cli_env(home: Path, layout: DemoLayout, ledger_root: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
+    env.update(
+        DAGSTER_HOME=str(home),
+        ROLLOUT_ROUNDS_ROOT=str(layout.rounds_root),
+        OPENCODE_DB=str(layout.opencode_db),
+        CLAUDE_PROJECTS_DIR=str(layout.claude_projects_dir),
+        ROLLOUT_LEDGER_ROOT=str(ledger_root),
+    )
+    return env
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_command_passes_every_check_of_every_round(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (ROUND_SPEC, SMALL_SPEC))
+    home = _dagster_home(tmp_path / "dagster_home")
+    env = _cli_env(home, layout, tmp_path / "ledgers")
+
+    completed = subprocess.run(
+        [str(VENV_BIN / "rollout-assets"), "materialize"],
+        check=False,
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    for round_key in (ROUND, SMALL_SPEC.name):
+        section = out.split(f"=== round {round_key}: ")[1].split("===")[0]
+        assert section.startswith("succeeded (run ")
+        for check in sorted(CHECK_NAMES):
+            assert f"  check {check}: passed\n" in section
+        assert f"  ledger: {tmp_path / 'ledgers' / round_key / 'rollout-ledger.jsonl'}\n" in section
+        assert (tmp_path / "ledgers" / round_key / "rollout-ledger.jsonl").is_file()
+    with DagsterInstance.from_config(str(home)) as stored:
+        assert stored.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME) == [ROUND, SMALL_SPEC.name]
+    assert pickled_files(home / "storage") == []
+
+
+@pytest.mark.slow
+def test_dagster_asset_materialize_command_works_once_the_partition_is_added(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    home = _dagster_home(tmp_path / "dagster_home")
+    with DagsterInstance.from_config(str(home)) as stored:
+        stored.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [SMALL_SPEC.name])
+    command = [
+        str(VENV_BIN / "dagster"), "asset", "materialize", "-m", "rollout_assets.definitions",
+        "--select", "group:rounds", "--partition", SMALL_SPEC.name,
+    ]  # fmt: skip
+
+    completed = subprocess.run(
+        command, check=False, cwd=PROJECT_DIR, env=_cli_env(home, layout, tmp_path / "ledgers"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert 'RUN_SUCCESS - Finished execution of run for "__ASSET_JOB"' in completed.stderr
+    assert (tmp_path / "ledgers" / SMALL_SPEC.name / "rollout-ledger.jsonl").is_file()
+    with DagsterInstance.from_config(str(home)) as stored:
+        records = stored.get_run_records()
+        assert len(records) == 1
+        assert records[0].dagster_run.tags["dagster/partition"] == SMALL_SPEC.name
+        assert records[0].dagster_run.is_success
+    assert pickled_files(home / "storage") == []

@@ -1,0 +1,540 @@
+"""Every asset check fails on a deliberately broken ledger, stage output or round, and says why.
+
+Most tests run the checks' logic (`rollout_assets.audit`) on a copy of the command-line
+backfill's ledger of demo round-001 with one line dropped, duplicated or edited. Others go
+through Dagster: a materialized round whose ledger or stats file is then damaged, with only
+the checks executed, and a full run where a blocking check stops `rollout_stats`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import AssetCheckSeverity, DagsterInstance, instance_for_test
+
+from rollout_assets import audit
+from rollout_assets.defs.assets import rollout_ledger, rollout_stats
+from rollout_assets.demo import DemoLayout, EdgeCaseSite, edge_case_sites
+from rollout_assets_tests.dagster_rounds import (
+    CHECK_NAMES,
+    ROUND,
+    ROUND_SPEC,
+    cli_backfill,
+    evaluations,
+    files_under,
+    materializations,
+    materialize_round,
+    metadata_values,
+    read_jsonl,
+    round_resources,
+    run_checks_of,
+    write_jsonl,
+    write_rounds,
+)
+
+Line = dict[str, Any]
+GAP_REQUIRED = "Value error, messages is empty, so provenance.gap is required (why is there no transcript?)"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    return write_rounds(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def sites(demo: DemoLayout) -> dict[str, EdgeCaseSite]:
+    return edge_case_sites(demo.root, ROUND_SPEC)
+
+
+@pytest.fixture(scope="module")
+def backfill(demo: DemoLayout, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Line], dict[str, Any]]:
+    """The lines and stats of the command-line backfill of round-001 (never modified)."""
+    ledger_path = tmp_path_factory.mktemp("cli") / "rollout-ledger.jsonl"
+    stats = cli_backfill(demo, demo.rounds_root / ROUND, ledger_path)
+    return read_jsonl(ledger_path), stats
+
+
+@pytest.fixture
+def lines(backfill: tuple[list[Line], dict[str, Any]]) -> list[Line]:
+    """A private deep copy of the ledger lines, to break."""
+    return json.loads(json.dumps(backfill[0]))
+
+
+@pytest.fixture
+def out_dir(demo: DemoLayout) -> Path:
+    return demo.rounds_root / ROUND
+
+
+def _ledger(tmp_path: Path, lines: list[Line]) -> Path:
+    return write_jsonl(tmp_path / "rollout-ledger.jsonl", lines)
+
+
+def _index(lines: list[Line], predicate: Callable[[Line], bool]) -> int:
+    """The index of the only line matching `predicate`."""
+    found = [i for i, line in enumerate(lines) if predicate(line)]
+    assert len(found) == 1, f"{len(found)} lines match"
+    return found[0]
+
+
+def _worker_lines_of(lines: list[Line], cwd: str) -> list[int]:
+    return [
+        i
+        for i, line in enumerate(lines)
+        if line["role"] == "worker" and line["outcome"]["metrics"]["worker_cwd"] == cwd
+    ]
+
+
+def _session_of(line: Line) -> str:
+    return line["artifacts"]["transcript_ref"].removeprefix("opencode:")
+
+
+# ---------------------------------------------------------------------------
+# The unbroken ledger passes every audit (so each failure below is the break's doing)
+# ---------------------------------------------------------------------------
+
+
+def test_unbroken_backfill_passes_every_audit(
+    tmp_path: Path,
+    lines: list[Line],
+    out_dir: Path,
+    demo: DemoLayout,
+    backfill: tuple[list[Line], dict[str, Any]],
+) -> None:
+    ledger = _ledger(tmp_path, lines)
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(backfill[1]), encoding="utf-8")
+
+    assert audit.audit_supervisors(out_dir, ledger).passed
+    assert audit.audit_workers(out_dir, ledger, demo.opencode_db).passed
+    assert audit.audit_proposers(out_dir, ledger).passed
+    assert audit.audit_integrity(ledger).passed
+    assert audit.audit_stats(ledger, stats_path).passed
+    assert audit.cells_without_worker_list(out_dir) == []
+
+
+# ---------------------------------------------------------------------------
+# every_cell_has_one_supervisor_line
+# ---------------------------------------------------------------------------
+
+
+def test_supervisor_check_fails_on_a_dropped_supervisor_line(
+    tmp_path: Path, lines: list[Line], out_dir: Path
+) -> None:
+    dropped = lines.pop(0)
+    assert dropped["role"] == "supervisor"
+
+    outcome = audit.audit_supervisors(out_dir, _ledger(tmp_path, lines))
+
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 30, 29, 1)
+    assert outcome.details == {"duplicated": 0, "unexpected": 0}
+    assert outcome.sample == ["missing ('baseline', 'astropy__astropy-12907', 0)"]
+
+
+def test_supervisor_check_fails_on_a_duplicated_supervisor_line(
+    tmp_path: Path, lines: list[Line], out_dir: Path
+) -> None:
+    lines.insert(1, lines[0])
+
+    outcome = audit.audit_supervisors(out_dir, _ledger(tmp_path, lines))
+
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 30, 31, 0)
+    assert outcome.details == {"duplicated": 1, "unexpected": 0}
+    assert outcome.sample == ["duplicated ('baseline', 'astropy__astropy-12907', 0)"]
+
+
+# ---------------------------------------------------------------------------
+# every_worker_session_accounted_for
+# ---------------------------------------------------------------------------
+
+
+def test_worker_check_fails_on_a_dropped_session_line(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, sites: dict[str, EdgeCaseSite]
+) -> None:
+    unbroken = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    # The cwd with two sessions keeps a line, so only the session goes missing.
+    _, second = _worker_lines_of(lines, sites["cwd_with_two_sessions"].worker_cwd)
+    session = _session_of(lines[second])
+    del lines[second]
+
+    outcome = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert outcome.passed is False
+    assert (outcome.expected, outcome.seen, outcome.missing) == (unbroken.expected, unbroken.seen - 1, 1)
+    assert (outcome.details["missing_cwds"], outcome.details["missing_sessions"]) == (0, 1)
+    assert outcome.sample == [f"session: missing {session}"]
+
+
+def test_worker_check_fails_on_a_dropped_gap_line_of_a_cwd_without_session(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, sites: dict[str, EdgeCaseSite]
+) -> None:
+    cwd = sites["cwd_without_session"].worker_cwd
+    (only,) = _worker_lines_of(lines, cwd)
+    assert lines[only]["messages"] == []
+    del lines[only]
+
+    outcome = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert outcome.passed is False
+    assert outcome.missing == 1
+    assert (outcome.details["missing_cwds"], outcome.details["missing_sessions"]) == (1, 0)
+    assert outcome.sample == [f"cwd: missing {cwd}"]
+
+
+def test_worker_check_fails_on_a_duplicated_session_line(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, sites: dict[str, EdgeCaseSite]
+) -> None:
+    (index,) = _worker_lines_of(lines, sites["non_ascii_text"].worker_cwd)
+    session = _session_of(lines[index])
+    lines.insert(index + 1, lines[index])
+
+    outcome = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert outcome.passed is False
+    assert outcome.missing == 0
+    assert outcome.details["duplicated_sessions"] == 1
+    assert outcome.sample == [f"session: duplicated {session}"]
+
+
+# ---------------------------------------------------------------------------
+# every_shot_receipt_has_one_proposer_line
+# ---------------------------------------------------------------------------
+
+
+def test_proposer_check_fails_on_a_dropped_proposer_line(
+    tmp_path: Path, lines: list[Line], out_dir: Path
+) -> None:
+    index = _index(
+        lines, lambda line: line["role"] == "proposer" and line["task"]["instance_id"] == "gen0-cand1-cedar"
+    )
+    del lines[index]
+
+    outcome = audit.audit_proposers(out_dir, _ledger(tmp_path, lines))
+
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 4, 3, 1)
+    assert outcome.sample == ["missing ('gen0-cand1-cedar', 0)"]
+
+
+# ---------------------------------------------------------------------------
+# ledger_lines_valid_and_linked
+# ---------------------------------------------------------------------------
+
+
+def test_integrity_check_fails_on_a_line_breaking_the_schema(tmp_path: Path, lines: list[Line]) -> None:
+    lines[-1]["role"] = "boss"
+    ledger = _ledger(tmp_path, lines)
+
+    outcome = audit.audit_integrity(ledger)
+
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 93, 92, 1)
+    assert outcome.details == {
+        "invalid_lines": 1,
+        "unlabeled_gaps": 0,
+        "duplicated_ids": 0,
+        "orphan_parents": 0,
+    }
+    assert outcome.sample == [
+        f"{ledger}:93: role: Input should be 'agent', 'supervisor', 'worker', 'proposer', 'judge' or 'analyst'"
+    ]
+
+
+def test_integrity_check_fails_on_an_empty_transcript_without_gap_reason(
+    tmp_path: Path, lines: list[Line], sites: dict[str, EdgeCaseSite]
+) -> None:
+    (index,) = _worker_lines_of(lines, sites["cwd_without_session"].worker_cwd)
+    del lines[index]["provenance"]["gap"]
+    ledger = _ledger(tmp_path, lines)
+
+    outcome = audit.audit_integrity(ledger)
+
+    # The schema itself refuses such a line, so it is counted as invalid (see the report).
+    assert (outcome.passed, outcome.missing) == (False, 1)
+    assert outcome.details == {
+        "invalid_lines": 1,
+        "unlabeled_gaps": 0,
+        "duplicated_ids": 0,
+        "orphan_parents": 0,
+    }
+    assert outcome.sample == [f"{ledger}:{index + 1}: {GAP_REQUIRED}"]
+
+
+def test_integrity_check_fails_on_a_duplicated_rollout_id(tmp_path: Path, lines: list[Line]) -> None:
+    proposers = [line for line in lines if line["role"] == "proposer"]
+    proposers[1]["rollout_id"] = proposers[0]["rollout_id"]
+
+    outcome = audit.audit_integrity(_ledger(tmp_path, lines))
+
+    assert outcome.passed is False
+    assert outcome.details == {
+        "invalid_lines": 0,
+        "unlabeled_gaps": 0,
+        "duplicated_ids": 1,
+        "orphan_parents": 0,
+    }
+    assert outcome.sample == [f"duplicated rollout_id {proposers[0]['rollout_id']}"]
+
+
+def test_integrity_check_fails_on_a_parent_that_is_no_line(tmp_path: Path, lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "worker")
+    nowhere = str(uuid.uuid5(uuid.NAMESPACE_URL, "no such supervisor"))
+    lines[index]["parent_rollout_id"] = nowhere
+    ledger = _ledger(tmp_path, lines)
+
+    outcome = audit.audit_integrity(ledger)
+
+    assert outcome.passed is False
+    assert outcome.details == {
+        "invalid_lines": 0,
+        "unlabeled_gaps": 0,
+        "duplicated_ids": 0,
+        "orphan_parents": 1,
+    }
+    assert outcome.sample == [f"{ledger}:{index + 1}: parent {nowhere} is no supervisor line"]
+
+
+# ---------------------------------------------------------------------------
+# stats_reconcile_with_ledger
+# ---------------------------------------------------------------------------
+
+
+def test_stats_check_fails_when_the_stats_do_not_reconcile(
+    tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
+) -> None:
+    stats = json.loads(json.dumps(backfill[1]))
+    stats["lines"] += 1
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 93, 94, 3)
+    assert outcome.sample == [
+        "lines: stats say 94, ledger holds 93",
+        "stats: Σ byRole != lines",
+        "stats: fullTranscripts + gapLines != lines",
+    ]
+
+
+def test_stats_check_fails_when_a_role_count_is_wrong(
+    tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
+) -> None:
+    stats = json.loads(json.dumps(backfill[1]))
+    stats["byRole"]["worker"] -= 1
+    stats["byRole"]["proposer"] += 1
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+
+    assert (outcome.passed, outcome.missing) == (False, 1)
+    workers = backfill[1]["byRole"]["worker"]
+    assert outcome.sample == [
+        (
+            f"byRole: stats say {{'supervisor': 30, 'worker': {workers - 1}, 'proposer': 5}}, "
+            f"ledger holds {{'supervisor': 30, 'worker': {workers}, 'proposer': 4}}"
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------
+# every_cell_lists_its_workers (WARN, non-blocking)
+# ---------------------------------------------------------------------------
+
+
+def test_worker_list_check_names_a_cell_without_result_json(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    site = edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"]
+    (site.run_dir / "result.json").unlink()
+
+    assert audit.cells_without_worker_list(layout.rounds_root / ROUND) == [
+        "gen1-cand0/astropy__astropy-12907/rep1"
+    ]
+
+
+def test_worker_list_check_warns_without_failing_the_run(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    site = edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"]
+    (site.run_dir / "result.json").unlink()
+    with instance_for_test() as instance:
+        result = materialize_round(instance, round_resources(layout, tmp_path / "ledgers"))
+
+    assert result.success
+    found = evaluations(result)
+    warned = found["every_cell_lists_its_workers"]
+    assert (warned.passed, warned.severity, warned.partition) == (False, AssetCheckSeverity.WARN, ROUND)
+    assert metadata_values(warned.metadata) == {
+        "round": ROUND,
+        "cells_without_worker_list": 1,
+        "cells": ["gen1-cand0/astropy__astropy-12907/rep1"],
+    }
+    assert {name for name, e in found.items() if e.passed} == CHECK_NAMES - {"every_cell_lists_its_workers"}
+
+
+# ---------------------------------------------------------------------------
+# Through Dagster: a materialized round, its outputs damaged, only the checks executed
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dagster_round(
+    demo: DemoLayout, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[DagsterInstance, dict, Path]]:
+    """(instance, resources, the round's output folder) after one successful materialization."""
+    resources = round_resources(demo, tmp_path_factory.mktemp("ledgers"))
+    with instance_for_test() as instance:
+        assert materialize_round(instance, resources).success
+        yield instance, resources, Path(resources["ledger_root"].root_dir) / ROUND
+
+
+@pytest.fixture
+def damaged(
+    dagster_round: tuple[DagsterInstance, dict, Path],
+) -> Iterator[tuple[DagsterInstance, dict, Path]]:
+    """The materialized round, restored byte for byte after the test damaged it."""
+    folder = dagster_round[2]
+    saved = {path: path.read_bytes() for path in files_under(folder)}
+    yield dagster_round
+    for path in files_under(folder):
+        if path not in saved:
+            path.unlink()
+    for path, content in saved.items():
+        path.write_bytes(content)
+
+
+def test_checks_alone_pass_on_the_untouched_round(damaged: tuple[DagsterInstance, dict, Path]) -> None:
+    instance, resources, _ = damaged
+
+    result = run_checks_of(instance, resources, rollout_ledger)
+
+    assert result.success
+    assert materializations(result) == {}
+    assert {name: (e.passed, e.partition) for name, e in evaluations(result).items()} == {
+        "every_cell_has_one_supervisor_line": (True, ROUND),
+        "every_worker_session_accounted_for": (True, ROUND),
+        "every_shot_receipt_has_one_proposer_line": (True, ROUND),
+        "ledger_lines_valid_and_linked": (True, ROUND),
+    }
+
+
+def test_supervisor_check_run_by_dagster_fails_on_a_ledger_missing_a_line(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    ledger = folder / "rollout-ledger.jsonl"
+    write_jsonl(ledger, read_jsonl(ledger)[1:])
+
+    result = run_checks_of(instance, resources, rollout_ledger)
+
+    assert not result.success
+    check = evaluations(result)["every_cell_has_one_supervisor_line"]
+    assert (check.passed, check.severity, check.partition) == (False, AssetCheckSeverity.ERROR, ROUND)
+    metadata = metadata_values(check.metadata)
+    assert (metadata["expected"], metadata["seen"], metadata["missing"]) == (30, 29, 1)
+    assert metadata["sample"] == ["missing ('baseline', 'astropy__astropy-12907', 0)"]
+
+
+def test_integrity_check_run_by_dagster_fails_on_an_orphaned_worker_line(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    ledger = folder / "rollout-ledger.jsonl"
+    lines = read_jsonl(ledger)
+    nowhere = str(uuid.uuid5(uuid.NAMESPACE_URL, "no such supervisor"))
+    lines[1]["parent_rollout_id"] = nowhere
+    write_jsonl(ledger, lines)
+
+    result = run_checks_of(instance, resources, rollout_ledger)
+
+    check = evaluations(result)["ledger_lines_valid_and_linked"]
+    assert check.passed is False
+    metadata = metadata_values(check.metadata)
+    assert (metadata["orphan_parents"], metadata["invalid_lines"]) == (1, 0)
+    assert metadata["sample"] == [f"{ledger}:2: parent {nowhere} is no supervisor line"]
+
+
+def test_stats_check_run_by_dagster_fails_on_edited_stats(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    stats_path = folder / "rollout-stats.json"
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    stats["gapLines"] += 2
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    result = run_checks_of(instance, resources, rollout_stats)
+
+    assert not result.success
+    check = evaluations(result)["stats_reconcile_with_ledger"]
+    assert (check.passed, check.partition) == (False, ROUND)
+    gaps = stats["gapLines"] - 2
+    assert metadata_values(check.metadata)["sample"] == [
+        f"gapLines: stats say {gaps + 2}, ledger holds {gaps}",
+        "stats: fullTranscripts + gapLines != lines",
+    ]
+
+
+# ---------------------------------------------------------------------------
+# A failing blocking check stops rollout_stats in a full run
+# ---------------------------------------------------------------------------
+
+
+def test_failing_blocking_check_stops_rollout_stats(tmp_path: Path) -> None:
+    """Two cells whose result.json name the same worker cwd: the join gives that cwd's opencode
+    session a line under each cell (the seed dedupes cwds within a cell only), the independent
+    recount sees the session twice, and the blocking check stops the round before its stats."""
+    layout = write_rounds(tmp_path / "demo")
+    sites = edge_case_sites(layout.root, ROUND_SPEC)
+    shared_cwd = sites["non_ascii_text"].worker_cwd
+    other_result = sites["sup_status_running"].run_dir / "result.json"
+    result_json = json.loads(other_result.read_text(encoding="utf-8"))
+    result_json["recoveredSpend"]["workerCwds"].append(shared_cwd)
+    other_result.write_text(json.dumps(result_json), encoding="utf-8")
+    ledger_root = tmp_path / "ledgers"
+    with instance_for_test() as instance:
+        result = materialize_round(instance, round_resources(layout, ledger_root))
+
+    assert not result.success
+    check = evaluations(result)["every_worker_session_accounted_for"]
+    assert check.passed is False
+    assert metadata_values(check.metadata)["duplicated_sessions"] == 1
+    assert metadata_values(check.metadata)["sample"][0].startswith("session: duplicated ")
+    # The ledger was materialized (and checked); its stats were not.
+    assert set(materializations(result)) == {
+        "round_manifest", "campaign_cells", "worker_sessions", "proposer_transcripts", "rollout_ledger"
+    }  # fmt: skip
+    assert "stats_reconcile_with_ledger" not in evaluations(result)
+    assert not (ledger_root / ROUND / "rollout-stats.json").exists()
+    started = {event.step_key for event in result.all_events if event.event_type_value == "STEP_START"}
+    assert "rollout_ledger" in started
+    assert "rollout_stats" not in started
+
+
+def test_a_damaged_round_is_restored_between_tests(damaged: tuple[DagsterInstance, dict, Path]) -> None:
+    """Guards the `damaged` fixture itself: earlier tests left no damage behind."""
+    instance, resources, _ = damaged
+    assert all(e.passed for e in evaluations(run_checks_of(instance, resources, rollout_ledger)).values())
+
+
+def test_audits_ignore_folders_the_join_does_not_read_as_campaigns_or_receipts(
+    tmp_path: Path, lines: list[Line]
+) -> None:
+    """`gen-0\\n`, `gen-١` (an Arabic-Indic digit) and a receipt name ending in a newline are not
+    the loop's names; the join skips them, so the recount must not expect their lines."""
+    layout = write_rounds(tmp_path / "demo")
+    out_dir = layout.rounds_root / ROUND
+    improve = out_dir / "improve-run"
+    shutil.copytree(improve / "gen-0", improve / "gen-0\n")
+    shutil.copytree(improve / "gen-0", improve / "gen-\u0661")
+    shutil.copy(
+        out_dir / "proposer-shots" / "gen0-cand0-shot0.json",
+        out_dir / "proposer-shots" / "gen0-cand0-shot1.json\n",
+    )
+    ledger = _ledger(tmp_path, lines)
+
+    assert audit.audit_supervisors(out_dir, ledger).passed
+    assert audit.audit_proposers(out_dir, ledger).passed

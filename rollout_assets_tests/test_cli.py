@@ -1,0 +1,305 @@
+"""The `rollout-assets` command line, run for real as a subprocess on generated rounds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
+from rollout_assets.ledger import read_ledger_dicts
+from rollout_assets_tests.backfill_runs import backfill, without_captured_at
+
+SMALL_ROUND = RoundSpec(
+    name="cli-round",
+    instances=2,
+    reps=1,
+    generations=1,
+    candidates_per_generation=2,
+    workers_per_cell=2,
+    steps_per_session=2,
+    shots_per_candidate=1,
+    edge_cases=False,
+    seed=5,
+)
+OLD_LEDGER = b'{"an": "older ledger that must survive"}\n'
+
+
+def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rollout_assets.cli", *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    return write_demo(tmp_path_factory.mktemp("cli-demo"), rounds=[SMALL_ROUND])
+
+
+@pytest.fixture
+def round_copy(demo: DemoLayout, tmp_path: Path) -> Path:
+    """A private copy of the small round, safe to damage (its cells keep pointing at the original run dirs)."""
+    return Path(shutil.copytree(demo.rounds[0], tmp_path / "round"))
+
+
+def backfill_args(demo: DemoLayout, out_dir: Path, ledger: Path) -> list[str | Path]:
+    return [
+        "backfill",
+        out_dir,
+        ledger,
+        "--opencode-db",
+        demo.opencode_db,
+        "--claude-projects",
+        demo.claude_projects_dir,
+    ]
+
+
+def file_hashes(*roots: Path) -> dict[str, str]:
+    """sha256 of every file under (or at) each root, keyed by path: detects any write or new file."""
+    hashes = {}
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            hashes[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def existing_ledger(tmp_path: Path) -> Path:
+    folder = tmp_path / "ledgers"
+    folder.mkdir()
+    ledger = folder / "out.jsonl"
+    ledger.write_bytes(OLD_LEDGER)
+    return ledger
+
+
+# ---------------------------------------------------------------------------
+# backfill
+# ---------------------------------------------------------------------------
+
+
+def test_backfill_prints_the_stats_json_then_the_ledger_line(demo: DemoLayout, tmp_path: Path) -> None:
+    ledger = tmp_path / "out.jsonl"
+    expected = backfill(
+        demo.rounds[0], opencode_db=demo.opencode_db, claude_projects_dir=demo.claude_projects_dir
+    )
+
+    result = cli(*backfill_args(demo, demo.rounds[0], ledger))
+
+    assert result.returncode == 0, result.stderr
+    stats_json = json.dumps(expected.stats.to_json(), indent=2, ensure_ascii=False)
+    assert result.stdout == f"{stats_json}\nrollout ledger → {ledger} ({len(expected.lines)} lines)\n"
+    assert result.stderr == ""
+
+
+def test_backfill_writes_the_same_lines_as_the_library(demo: DemoLayout, tmp_path: Path) -> None:
+    ledger = tmp_path / "out.jsonl"
+    expected = backfill(
+        demo.rounds[0], opencode_db=demo.opencode_db, claude_projects_dir=demo.claude_projects_dir
+    )
+
+    cli(*backfill_args(demo, demo.rounds[0], ledger))
+
+    assert without_captured_at(list(read_ledger_dicts(ledger))) == without_captured_at(expected.lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+def test_backfill_replaces_an_existing_ledger_leaving_no_other_file(demo: DemoLayout, tmp_path: Path) -> None:
+    ledger = existing_ledger(tmp_path)
+
+    result = cli(*backfill_args(demo, demo.rounds[0], ledger))
+
+    assert result.returncode == 0, result.stderr
+    assert ledger.read_bytes() != OLD_LEDGER
+    assert len(list(read_ledger_dicts(ledger))) == int(result.stdout.rsplit("(", 1)[1].split()[0])
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
+
+
+def test_backfill_prints_the_out_path_as_given(demo: DemoLayout, tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+
+    result = cli(*backfill_args(demo, demo.rounds[0], Path("sub/out.jsonl")), cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("rollout ledger → sub/out.jsonl (")
+    assert (tmp_path / "sub" / "out.jsonl").is_file()
+
+
+def test_backfill_without_its_out_argument_exits_2_with_a_usage_line(demo: DemoLayout) -> None:
+    result = cli("backfill", demo.rounds[0])
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: rollout-assets backfill ")
+    assert "OUT.jsonl" in result.stderr
+    assert result.stdout == ""
+
+
+def test_no_command_at_all_exits_2_with_a_usage_line() -> None:
+    result = cli()
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: rollout-assets ")
+
+
+def test_a_corrupt_cell_cache_exits_1_naming_the_file_and_writes_no_ledger(
+    demo: DemoLayout, round_copy: Path, tmp_path: Path
+) -> None:
+    cache = (
+        round_copy
+        / "improve-run"
+        / "gen-0"
+        / "candidate-1"
+        / "django__django-11532__rep0"
+        / "cached-result.json"
+    )
+    cache.write_text('{"scenarioId": "django__django-11532", "rep": ', encoding="utf-8")
+    ledger = existing_ledger(tmp_path)
+
+    result = cli(*backfill_args(demo, round_copy, ledger))
+
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1
+    assert str(cache) in result.stderr and "not valid JSON" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert ledger.read_bytes() == OLD_LEDGER
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
+
+
+def test_a_candidate_mixing_commits_exits_1_naming_the_directory_and_commits(
+    demo: DemoLayout, round_copy: Path, tmp_path: Path
+) -> None:
+    candidate = round_copy / "improve-run" / "gen-0" / "candidate-0"
+    cache = candidate / "django__django-11532__rep0" / "cached-result.json"
+    record = json.loads(cache.read_text(encoding="utf-8"))
+    original_commit = record["artifact"]["commit"]
+    record["artifact"]["commit"] = "f" * 40
+    cache.write_text(json.dumps(record), encoding="utf-8")
+    ledger = existing_ledger(tmp_path)
+
+    result = cli(*backfill_args(demo, round_copy, ledger))
+
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1
+    assert str(candidate) in result.stderr
+    assert original_commit in result.stderr and "f" * 40 in result.stderr
+    assert ledger.read_bytes() == OLD_LEDGER
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
+
+
+def test_a_corrupt_cell_writes_no_ledger_where_none_existed(
+    demo: DemoLayout, round_copy: Path, tmp_path: Path
+) -> None:
+    cache = round_copy / "improve-run" / "baseline" / "astropy__astropy-12907__rep0" / "cached-result.json"
+    cache.write_text('{"rep": 0}', encoding="utf-8")
+    folder = tmp_path / "ledgers"
+    folder.mkdir()
+
+    result = cli(*backfill_args(demo, round_copy, folder / "out.jsonl"))
+
+    assert result.returncode == 1
+    assert "no string scenarioId" in result.stderr
+    assert list(folder.iterdir()) == []
+
+
+def test_backfill_refuses_an_out_path_inside_the_round(demo: DemoLayout, round_copy: Path) -> None:
+    before = file_hashes(round_copy)
+
+    result = cli(*backfill_args(demo, round_copy, round_copy / "ledger.jsonl"))
+
+    assert result.returncode == 2
+    assert "refusing to write the ledger inside the round outDir" in result.stderr
+    assert file_hashes(round_copy) == before
+
+
+def test_backfill_leaves_the_round_and_both_stores_unchanged(demo: DemoLayout, tmp_path: Path) -> None:
+    before = file_hashes(demo.rounds[0], demo.opencode_db, demo.claude_projects_dir)
+    sibling_files = sorted(p.name for p in demo.root.iterdir())
+
+    result = cli(*backfill_args(demo, demo.rounds[0], tmp_path / "out.jsonl"))
+
+    assert result.returncode == 0, result.stderr
+    assert file_hashes(demo.rounds[0], demo.opencode_db, demo.claude_projects_dir) == before
+    # No journal, WAL or shm file appeared beside the store.
+    assert sorted(p.name for p in demo.root.iterdir()) == sibling_files
+
+
+# ---------------------------------------------------------------------------
+# manifest, schema
+# ---------------------------------------------------------------------------
+
+
+def test_manifest_prints_the_manifest_json(demo: DemoLayout) -> None:
+    result = cli("manifest", demo.rounds[0])
+
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert manifest["instances"] == ["astropy__astropy-12907", "django__django-11532"]
+    assert [g["generation"] for g in manifest["generations"]] == [-1, 0]
+    assert [r["candidateId"] for g in manifest["generations"] for r in g["rollouts"]] == [
+        "baseline",
+        "gen0-cand0",
+        "gen0-cand1",
+    ]
+    assert manifest["runId"] == "improve-cli-round"
+
+
+def test_manifest_of_a_missing_round_exits_1_with_one_line(tmp_path: Path) -> None:
+    result = cli("manifest", tmp_path / "nope")
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"rollout-assets: error: {tmp_path / 'nope'}: round outDir does not exist or is not a directory"
+    ]
+
+
+def test_schema_prints_the_json_schema_of_a_line() -> None:
+    result = cli("schema")
+
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert {"schema", "experiment_id", "outcome"} <= set(schema["properties"])
+    assert schema["properties"]["schema"]["const"] == "tangle.rollout.v1"
+
+
+# ---------------------------------------------------------------------------
+# demo
+# ---------------------------------------------------------------------------
+
+
+def test_demo_writes_the_rounds_and_stores(tmp_path: Path) -> None:
+    root = tmp_path / "demo"
+
+    result = cli("demo", root)
+
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (root / "rounds").iterdir()) == ["round-001", "round-002", "round-003"]
+    assert (root / "opencode.db").is_file()
+    assert any((root / "claude-projects").iterdir())
+    assert f"opencode store   → {root / 'opencode.db'}" in result.stdout
+
+
+def test_demo_refuses_an_existing_round_without_a_traceback(tmp_path: Path) -> None:
+    root = tmp_path / "demo"
+    assert cli("demo", root).returncode == 0
+    before = file_hashes(root)
+
+    result = cli("demo", root)
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    round_dir = root / "rounds" / "round-001"
+    assert result.stderr.splitlines() == [
+        f"rollout-assets: error: round directory {round_dir} already exists; refusing to overwrite it"
+    ]
+    assert file_hashes(root) == before

@@ -1,0 +1,376 @@
+"""The whole Dagster layer as `dagster dev` loads it: assets, lineage, checks, job, sensor,
+resources and their environment variables, the code-location pointers, and the partition-key rule."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import AssetKey, DefaultSensorStatus, Definitions, EnvVar
+
+import rollout_assets.definitions as definitions_module
+from rollout_assets.defs.partitions import ROUNDS, InvalidRoundKey, round_key_problem, validate_round_key
+from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+OWNERS = ["team:rollouts"]
+ENV_VARS = (
+    "ROLLOUT_ROUNDS_ROOT",
+    "OPENCODE_DB",
+    "CLAUDE_PROJECTS_DIR",
+    "ROLLOUT_LEDGER_ROOT",
+    "ROLLOUT_QUIET_PERIOD_SECONDS",
+)
+
+# key -> (kinds, description); every one is in group `rounds`, partitioned by `rounds`
+ROUND_ASSETS = {
+    "round_manifest": (
+        {"python", "json"},
+        "The manifest of one round: generations, candidates, commits, resolved counts and cost.",
+    ),
+    "campaign_cells": (
+        {"python", "jsonl"},
+        "The campaign cells of one round, each with its supervisor line, reward and worker cwds.",
+    ),
+    "worker_sessions": (
+        {"python", "sqlite", "jsonl"},
+        "The worker lines of one round, joined from the opencode store, gap lines included.",
+    ),
+    "proposer_transcripts": (
+        {"python", "jsonl"},
+        "The proposer lines of one round, joined to Claude Code transcripts by time window.",
+    ),
+    "rollout_ledger": (
+        {"python", "jsonl"},
+        "The validated tangle.rollout.v1 ledger of one round, one line per agent invocation.",
+    ),
+    "rollout_stats": (
+        {"python", "json"},
+        "The counters of one round's ledger, per role and per gap reason.",
+    ),
+}
+# key -> (kinds, description, partitioned by `rounds`); every one is in group `sources`
+EXTERNAL_INPUTS = {
+    "round_outdir": (
+        {"file"},
+        "A round's outDir under the rounds root, as the improvement loop wrote it.",
+        True,
+    ),
+    "opencode_db": (
+        {"sqlite"},
+        "The opencode SQLite store holding worker sessions (read-only).",
+        False,
+    ),
+    "claude_projects": (
+        {"file"},
+        "The Claude Code projects folder holding proposer transcripts (read-only).",
+        False,
+    ),
+}
+LINEAGE = {
+    "round_manifest": {"round_outdir"},
+    "campaign_cells": {"round_manifest", "round_outdir"},
+    "worker_sessions": {"campaign_cells", "opencode_db"},
+    "proposer_transcripts": {"round_manifest", "round_outdir", "claude_projects"},
+    "rollout_ledger": {"campaign_cells", "worker_sessions", "proposer_transcripts"},
+    "rollout_stats": {"rollout_ledger"},
+}
+# check name -> (asset, blocking)
+CHECKS = {
+    "every_cell_has_one_supervisor_line": ("rollout_ledger", True),
+    "every_worker_session_accounted_for": ("rollout_ledger", True),
+    "every_shot_receipt_has_one_proposer_line": ("rollout_ledger", True),
+    "ledger_lines_valid_and_linked": ("rollout_ledger", True),
+    "stats_reconcile_with_ledger": ("rollout_stats", True),
+    "every_cell_lists_its_workers": ("campaign_cells", False),
+}
+
+
+@pytest.fixture(scope="module")
+def defs() -> Definitions:
+    return definitions_module.defs
+
+
+@pytest.fixture(scope="module")
+def specs(defs: Definitions) -> dict:
+    return {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
+
+
+def test_definitions_are_loadable(defs: Definitions) -> None:
+    Definitions.validate_loadable(defs)
+
+
+# ---------------------------------------------------------------------------
+# Assets and lineage
+# ---------------------------------------------------------------------------
+
+
+def test_group_rounds_holds_exactly_the_six_round_assets(specs: dict) -> None:
+    assert {key for key, spec in specs.items() if spec.group_name == "rounds"} == set(ROUND_ASSETS)
+
+
+def test_group_sources_holds_exactly_the_three_external_inputs(specs: dict) -> None:
+    assert {key for key, spec in specs.items() if spec.group_name == "sources"} == set(EXTERNAL_INPUTS)
+
+
+@pytest.mark.parametrize("key", sorted(ROUND_ASSETS))
+def test_round_asset_is_described_owned_and_partitioned_by_round(specs: dict, key: str) -> None:
+    kinds, description = ROUND_ASSETS[key]
+    spec = specs[key]
+
+    assert (spec.group_name, spec.kinds, spec.owners, spec.description) == (
+        "rounds",
+        kinds,
+        OWNERS,
+        description,
+    )
+    assert spec.partitions_def == ROUNDS
+
+
+@pytest.mark.parametrize("key", sorted(EXTERNAL_INPUTS))
+def test_external_input_is_described_owned_and_not_materializable(
+    defs: Definitions, specs: dict, key: str
+) -> None:
+    kinds, description, partitioned = EXTERNAL_INPUTS[key]
+    spec = specs[key]
+    node = defs.resolve_asset_graph().get(AssetKey(key))
+
+    assert (spec.group_name, spec.kinds, spec.owners, spec.description) == (
+        "sources",
+        kinds,
+        OWNERS,
+        description,
+    )
+    assert spec.partitions_def == (ROUNDS if partitioned else None)
+    assert (node.is_external, node.is_materializable) == (True, False)
+
+
+@pytest.mark.parametrize("key", sorted(LINEAGE))
+def test_round_asset_depends_exactly_on_its_upstreams(specs: dict, key: str) -> None:
+    assert {dep.asset_key.to_user_string() for dep in specs[key].deps} == LINEAGE[key]
+
+
+def test_rounds_partitions_are_one_dynamic_definition_named_rounds() -> None:
+    assert ROUNDS.name == "rounds"
+
+
+# ---------------------------------------------------------------------------
+# Job, sensor, checks
+# ---------------------------------------------------------------------------
+
+
+def test_materialize_round_job_selects_the_rounds_group_and_its_checks(defs: Definitions) -> None:
+    job = defs.resolve_job_def("materialize_round")
+
+    assert {key.to_user_string() for key in job.asset_layer.executable_asset_keys} == set(ROUND_ASSETS)
+    assert job.partitions_def == ROUNDS
+    check_steps = {f"{asset}_{name}" for name, (asset, _) in CHECKS.items()}
+    assert check_steps <= {node.name for node in job.nodes}
+
+
+def test_round_sensor_runs_by_default_and_targets_the_round_job(defs: Definitions) -> None:
+    sensor = defs.resolve_sensor_def("round_dirs_sensor")
+
+    assert sensor.default_status == DefaultSensorStatus.RUNNING
+    assert sensor.job_name == "materialize_round"
+
+
+def test_checks_are_exactly_the_six_on_their_assets(defs: Definitions) -> None:
+    keys = defs.resolve_asset_graph().asset_check_keys
+    assert {(key.name, key.asset_key.to_user_string()) for key in keys} == {
+        (name, asset) for name, (asset, _) in CHECKS.items()
+    }
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_check_is_partitioned_by_round_and_blocking_as_designed(defs: Definitions, name: str) -> None:
+    (checks_def,) = [c for c in defs.asset_checks if any(spec.name == name for spec in c.check_specs)]
+    (spec,) = checks_def.check_specs
+
+    assert checks_def.partitions_def == ROUNDS
+    assert spec.blocking is CHECKS[name][1]
+    assert spec.description
+
+
+# ---------------------------------------------------------------------------
+# Resources from the environment
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def load_definitions(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Definitions]]:
+    """Re-import `rollout_assets.definitions` under the given environment (other variables unset)."""
+
+    def load(**env: str) -> Definitions:
+        for variable in ENV_VARS:
+            monkeypatch.delenv(variable, raising=False)
+        for variable, value in env.items():
+            monkeypatch.setenv(variable, value)
+        return importlib.reload(definitions_module).defs
+
+    yield load
+    monkeypatch.undo()
+    importlib.reload(definitions_module)
+
+
+def test_resources_read_their_environment_variables(
+    load_definitions: Callable[..., Definitions], tmp_path: Path
+) -> None:
+    defs = load_definitions(
+        ROLLOUT_ROUNDS_ROOT=str(tmp_path / "rounds"),
+        OPENCODE_DB=str(tmp_path / "opencode.db"),
+        CLAUDE_PROJECTS_DIR=str(tmp_path / "claude"),
+        ROLLOUT_LEDGER_ROOT=str(tmp_path / "ledgers"),
+        ROLLOUT_QUIET_PERIOD_SECONDS="7",
+    )
+    resources = defs.resources
+
+    # Bound as EnvVar, so the UI shows the variable and a run resolves it.
+    assert [type(resources[name]).__name__ for name in ("rounds_root", "opencode", "claude", "ledger_root")] == [
+        "RoundsRoot", "OpencodeDatabase", "ClaudeProjects", "LedgerRoot",
+    ]  # fmt: skip
+    assert isinstance(resources["rounds_root"].root_dir, EnvVar)
+    resolved = {name: resources[name].process_config_and_initialize() for name in resources}
+    assert resolved["rounds_root"].path == tmp_path / "rounds"
+    assert resolved["opencode"].db_path == tmp_path / "opencode.db"
+    assert resolved["claude"].path == tmp_path / "claude"
+    assert resolved["ledger_root"].path == tmp_path / "ledgers"
+    assert resolved["round_discovery"].quiet_period_seconds == 7
+
+
+def test_resources_fall_back_to_the_documented_defaults(load_definitions: Callable[..., Definitions]) -> None:
+    resources = load_definitions().resources
+    home = os.path.expanduser("~")
+
+    assert resources["rounds_root"].root_dir == "./rounds"
+    assert resources["ledger_root"].root_dir == "./ledgers"
+    assert resources["rounds_root"].path == Path.cwd() / "rounds"
+    assert resources["ledger_root"].path == Path.cwd() / "ledgers"
+    assert resources["opencode"].db_path == Path(home, ".local", "share", "opencode", "opencode.db")
+    assert resources["claude"].path == Path(home, ".claude", "projects")
+    assert resources["round_discovery"].quiet_period_seconds == 120
+
+
+@pytest.mark.parametrize(("value", "expected"), [("5", 5), (None, 60)])
+def test_sensor_interval_comes_from_the_environment(value: str | None, expected: int) -> None:
+    env = {key: val for key, val in os.environ.items() if key != "ROLLOUT_SENSOR_INTERVAL_SECONDS"}
+    if value is not None:
+        env["ROLLOUT_SENSOR_INTERVAL_SECONDS"] = value
+    code = "from rollout_assets.defs.sensors import round_dirs_sensor as s; print(s.minimum_interval_seconds)"
+
+    completed = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        check=False,
+        env=env,
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+    )
+
+    assert completed.stdout == f"{expected}\n", completed.stderr
+
+
+# ---------------------------------------------------------------------------
+# Code-location pointers
+# ---------------------------------------------------------------------------
+
+
+def test_workspace_yaml_loads_the_definitions_module() -> None:
+    workspace = yaml.safe_load((PROJECT_DIR / "workspace.yaml").read_text(encoding="utf-8"))
+    assert workspace == {
+        "load_from": [
+            {
+                "python_module": {
+                    "module_name": "rollout_assets.definitions",
+                    "working_directory": ".",
+                    "location_name": "rollout_assets",
+                }
+            }
+        ]
+    }
+
+
+def test_pyproject_points_dagster_at_the_definitions_module() -> None:
+    pyproject = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["tool"]["dagster"] == {
+        "module_name": "rollout_assets.definitions",
+        "code_location_name": "rollout_assets",
+    }
+
+
+# ---------------------------------------------------------------------------
+# The partition key rule
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["round-001", "r", "7", "Round_2026.12.02", "a.b-c_d", "x" * 100, "0-starts-with-a-digit"],
+)
+def test_round_key_is_accepted(name: str) -> None:
+    assert round_key_problem(name) is None
+    assert validate_round_key(name) == name
+
+
+GENERIC = "must start with a letter or digit and hold at most 100 letters, digits, '.', '_' or '-'"
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("round 001", GENERIC),
+        ("a..b", "must not contain '..'"),
+        ("round-001..", "must not contain '..'"),
+        ("..", GENERIC),
+        (".hidden", GENERIC),
+        ("-dash", GENERIC),
+        ("_underscore", GENERIC),
+        ("x" * 101, GENERIC),
+        ("rönd-001", GENERIC),
+        ("ラウンド", GENERIC),
+        ("a/b", GENERIC),
+        ("", GENERIC),
+        ("round-001\n", GENERIC),
+        ("round\t1", GENERIC),
+        ("a,b", GENERIC),
+    ],
+)
+def test_round_key_is_refused_with_the_reason(name: str, why: str) -> None:
+    assert round_key_problem(name) == f"round name {name!r} is not a valid partition key: it {why}"
+    with pytest.raises(InvalidRoundKey, match="is not a valid partition key"):
+        validate_round_key(name)
+
+
+def test_ledger_root_outputs_of_a_valid_key_stay_inside_the_root(tmp_path: Path) -> None:
+    outputs = LedgerRoot(root_dir=str(tmp_path)).outputs("round-001")
+    assert outputs.folder == tmp_path / "round-001"
+    assert outputs.ledger == tmp_path / "round-001" / "rollout-ledger.jsonl"
+
+
+HOSTILE_KEYS = ["..", "../escape", "../../etc", "/etc", "a/../../b", "round-001/../../x", ".", "", "~root"]
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_ledger_root_refuses_a_hostile_key(tmp_path: Path, key: str) -> None:
+    root = tmp_path / "ledgers"
+    root.mkdir()
+    ledger_root = LedgerRoot(root_dir=str(root))
+
+    with pytest.raises(InvalidRoundKey):
+        ledger_root.outputs(key)
+    with pytest.raises(InvalidRoundKey):
+        ledger_root.writable_outputs(key)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["ledgers"]
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_rounds_root_refuses_a_hostile_key(tmp_path: Path, key: str) -> None:
+    with pytest.raises(InvalidRoundKey):
+        RoundsRoot(root_dir=str(tmp_path)).round_dir(key)

@@ -1,0 +1,612 @@
+"""`round_dirs_sensor` on real round directories, plus one end-to-end run of `dagster dev`.
+
+The sensor's policy (its docstring): a round is a folder under the rounds root holding
+`improve-run/` or `proposer-shots/`; a new or changed round (by the fingerprint of the files
+the backfill reads) gets one run keyed `<round>:<fingerprint>` once its newest input is older
+than the quiet period; the cursor remembers the fingerprint last requested per round and the
+rounds whose folder vanished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import (
+    AddDynamicPartitionsRequest,
+    AssetKey,
+    AssetObservation,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunRequest,
+    RunsFilter,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+    instance_for_test,
+)
+
+from rollout_assets.definitions import defs
+from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
+from rollout_assets.defs.resources import RoundsRoot
+from rollout_assets.defs.sensors import RoundDiscovery, fingerprint_round, round_dirs_sensor
+from rollout_assets.demo import DemoLayout, edge_case_sites
+from rollout_assets_tests.dagster_rounds import CHECK_NAMES, ROUND, ROUND_SPEC, SMALL_SPEC, write_rounds
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+SMALL = SMALL_SPEC.name
+INVALID_NAME = "must start with a letter or digit and hold at most 100 letters, digits, '.', '_' or '-'"
+
+
+class Recorder(logging.Handler):
+    """Keeps what the sensor logged, as (level, message)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append((record.levelname, record.getMessage()))
+
+
+@dataclass
+class Tick:
+    result: SensorResult | SkipReason
+    cursor: str | None
+    logged: list[tuple[str, str]]
+
+    @property
+    def requested(self) -> list[tuple[str | None, str | None]]:
+        """(partition key, run key) of every run request."""
+        if isinstance(self.result, SkipReason):
+            return []
+        return [(request.partition_key, request.run_key) for request in self.result.run_requests]
+
+    def warnings(self) -> list[str]:
+        return [message for level, message in self.logged if level == "WARNING"]
+
+
+def tick(
+    rounds_root: Path, *, cursor: str | None = None, instance: DagsterInstance | None = None, quiet: int = 0
+) -> Tick:
+    """One direct evaluation of the sensor (requests are returned, not applied to the instance)."""
+    resources = {
+        "rounds_root": RoundsRoot(root_dir=str(rounds_root)),
+        "round_discovery": RoundDiscovery(quiet_period_seconds=quiet),
+    }
+    with build_sensor_context(
+        instance=instance or DagsterInstance.ephemeral(), cursor=cursor, resources=resources
+    ) as context:
+        recorder = Recorder()
+        context.log.addHandler(recorder)
+        result = round_dirs_sensor(context)
+        new_cursor = result.cursor if isinstance(result, SensorResult) else context.cursor
+    return Tick(result, new_cursor, recorder.messages)
+
+
+def cursor_of(rounds: dict[str, str], missing: list[str] | None = None) -> str:
+    return json.dumps({"rounds": rounds, "missing": missing or []}, sort_keys=True)
+
+
+def fingerprint(out_dir: Path) -> str:
+    return fingerprint_round(out_dir).digest
+
+
+def age(folder: Path, seconds: float) -> None:
+    """Set every file's modification time `seconds` into the past (instead of sleeping)."""
+    moment = time.time() - seconds
+    for base, _, names in os.walk(folder):
+        for name in names:
+            os.utime(Path(base, name), (moment, moment), follow_symlinks=False)
+
+
+def rewrite(path: Path) -> None:
+    """Write the same bytes again, as a re-run would: only the modification time changes."""
+    before = path.stat().st_mtime_ns
+    path.write_bytes(path.read_bytes())
+    assert path.stat().st_mtime_ns != before
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    """round-001 and round-002, aged past any quiet period; tests only read it."""
+    layout = write_rounds(tmp_path_factory.mktemp("demo"), (ROUND_SPEC, SMALL_SPEC))
+    age(layout.root, 3600)
+    return layout
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> DemoLayout:
+    """round-001 alone, written for one test that changes it."""
+    return write_rounds(tmp_path / "demo")
+
+
+# ---------------------------------------------------------------------------
+# New, unchanged and changed rounds
+# ---------------------------------------------------------------------------
+
+
+def test_new_round_adds_its_partition_and_requests_a_keyed_run(fresh: DemoLayout) -> None:
+    out_dir = fresh.rounds_root / ROUND
+    digest = fingerprint(out_dir)
+
+    first = tick(fresh.rounds_root)
+
+    assert isinstance(first.result, SensorResult)
+    assert first.result.run_requests == [
+        RunRequest(partition_key=ROUND, run_key=f"{ROUND}:{digest}", tags={"rollout/fingerprint": digest})
+    ]
+    assert first.result.dynamic_partitions_requests == [
+        AddDynamicPartitionsRequest(ROUNDS_PARTITIONS_NAME, [ROUND])
+    ]
+    assert first.cursor == cursor_of({ROUND: digest})
+
+
+def test_new_round_is_observed_as_a_round_outdir_partition(fresh: DemoLayout) -> None:
+    out_dir = fresh.rounds_root / ROUND
+
+    (observation,) = tick(fresh.rounds_root).result.asset_events
+
+    assert isinstance(observation, AssetObservation)
+    assert (observation.asset_key, observation.partition) == (AssetKey("round_outdir"), ROUND)
+    metadata = {name: entry.value for name, entry in observation.metadata.items()}
+    assert {name: metadata[name] for name in ("fingerprint", "cells", "shot_receipts", "out_dir")} == {
+        "fingerprint": fingerprint(out_dir),
+        "cells": 30,
+        "shot_receipts": 4,
+        "out_dir": str(out_dir),
+    }
+    # cost ledger + provenance + 30 caches + result/judge of the cells that ran + 4 receipts
+    assert (
+        metadata["input_files"]
+        == len(
+            [p for p in out_dir.rglob("*") if p.name in {"cached-result.json", "result.json", "judge.json"}]
+        )
+        + 2
+        + 4
+    )
+
+
+def test_fingerprint_is_sixteen_hex_digits_and_stable(demo: DemoLayout) -> None:
+    out_dir = demo.rounds_root / ROUND
+    digest = fingerprint(out_dir)
+
+    assert len(digest) == 16 and int(digest, 16) >= 0
+    assert fingerprint(out_dir) == digest
+    assert fingerprint(demo.rounds_root / SMALL) != digest
+
+
+def test_unchanged_rounds_are_skipped(demo: DemoLayout) -> None:
+    first = tick(demo.rounds_root)
+
+    second = tick(demo.rounds_root, cursor=first.cursor)
+
+    assert second.result == SkipReason("no new or changed rounds")
+    assert second.cursor == first.cursor
+
+
+@pytest.mark.parametrize("changed", ["result.json", "receipt"])
+def test_a_rewritten_input_file_requests_a_new_run_with_a_new_key(fresh: DemoLayout, changed: str) -> None:
+    out_dir = fresh.rounds_root / ROUND
+    site = edge_case_sites(fresh.root, ROUND_SPEC)
+    path = (
+        site["non_ascii_text"].run_dir / "result.json"
+        if changed == "result.json"
+        else site["flat_receipt"].receipt_path
+    )
+    age(fresh.root, 60)
+    instance = DagsterInstance.ephemeral()
+    first = tick(fresh.rounds_root, instance=instance)
+    # As the daemon does with the add request of the first tick:
+    instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [ROUND])
+    folder_mtimes = (out_dir.stat().st_mtime_ns, path.parent.stat().st_mtime_ns)
+    old = fingerprint(out_dir)
+
+    rewrite(path)
+    second = tick(fresh.rounds_root, cursor=first.cursor, instance=instance)
+
+    new = fingerprint(out_dir)
+    assert new != old
+    assert (out_dir.stat().st_mtime_ns, path.parent.stat().st_mtime_ns) == folder_mtimes
+    assert second.requested == [(ROUND, f"{ROUND}:{new}")]
+    assert second.result.dynamic_partitions_requests == []
+    assert second.cursor == cursor_of({ROUND: new})
+
+
+def test_a_file_the_backfill_does_not_read_changes_nothing(fresh: DemoLayout) -> None:
+    first = tick(fresh.rounds_root)
+    (fresh.rounds_root / ROUND / "notes.txt").write_text("not an input", encoding="utf-8")
+
+    assert tick(fresh.rounds_root, cursor=first.cursor).result == SkipReason("no new or changed rounds")
+
+
+# ---------------------------------------------------------------------------
+# Quiet period
+# ---------------------------------------------------------------------------
+
+
+def test_round_inside_its_quiet_period_waits(fresh: DemoLayout) -> None:
+    waiting = tick(fresh.rounds_root, quiet=120)
+
+    assert waiting.result == SkipReason("no new or changed rounds; 1 still settling")
+    assert waiting.cursor == cursor_of({})
+    assert ("INFO", f"round {ROUND}: inputs changed less than 120 s ago; waiting") in waiting.logged
+
+
+def test_round_is_requested_once_older_than_its_quiet_period(fresh: DemoLayout) -> None:
+    waiting = tick(fresh.rounds_root, quiet=120)
+    age(fresh.root, 121)
+
+    settled = tick(fresh.rounds_root, cursor=waiting.cursor, quiet=120)
+
+    digest = fingerprint(fresh.rounds_root / ROUND)
+    assert settled.requested == [(ROUND, f"{ROUND}:{digest}")]
+
+
+def test_a_change_restarts_the_quiet_period(fresh: DemoLayout) -> None:
+    age(fresh.root, 600)
+    first = tick(fresh.rounds_root, quiet=120)
+    assert first.requested == [(ROUND, f"{ROUND}:{fingerprint(fresh.rounds_root / ROUND)}")]
+    receipt = edge_case_sites(fresh.root, ROUND_SPEC)["flat_receipt"].receipt_path
+    receipt.write_bytes(receipt.read_bytes())  # modified now
+
+    second = tick(fresh.rounds_root, cursor=first.cursor, quiet=120)
+
+    assert second.result == SkipReason("no new or changed rounds; 1 still settling")
+    assert second.cursor == first.cursor
+
+
+# ---------------------------------------------------------------------------
+# Odd directories
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["bad name", ".hidden", "a..b", "x" * 101])
+def test_invalid_directory_name_is_skipped_and_logged_while_others_run(fresh: DemoLayout, name: str) -> None:
+    (fresh.rounds_root / name / "improve-run").mkdir(parents=True)
+
+    result = tick(fresh.rounds_root)
+
+    assert [key for key, _ in result.requested] == [ROUND]
+    problem = "must not contain '..'" if ".." in name else INVALID_NAME
+    assert result.warnings() == [
+        f"skipping {fresh.rounds_root / name}: round name {name!r} is not a valid partition key: it {problem}"
+    ]
+
+
+def test_folders_that_are_not_rounds_are_ignored_silently(fresh: DemoLayout) -> None:
+    (fresh.rounds_root / "scratch").mkdir()
+    (fresh.rounds_root / "README.txt").write_text("not a round", encoding="utf-8")
+
+    result = tick(fresh.rounds_root)
+
+    assert [key for key, _ in result.requested] == [ROUND]
+    assert result.warnings() == []
+
+
+def test_vanished_round_stays_in_the_cursor_and_is_logged_once(fresh: DemoLayout) -> None:
+    first = tick(fresh.rounds_root)
+    digest = fingerprint(fresh.rounds_root / ROUND)
+    shutil.rmtree(fresh.rounds_root / ROUND)
+
+    second = tick(fresh.rounds_root, cursor=first.cursor)
+    third = tick(fresh.rounds_root, cursor=second.cursor)
+
+    assert second.result == SkipReason("no new or changed rounds")
+    assert second.cursor == cursor_of({ROUND: digest}, missing=[ROUND])
+    assert second.warnings() == [
+        f"round {ROUND}: directory disappeared; its partition and ledger are left in place"
+    ]
+    assert third.warnings() == []
+    assert third.cursor == second.cursor
+
+
+def test_symlink_loops_and_dangling_links_in_the_root_do_not_stop_the_tick(fresh: DemoLayout) -> None:
+    os.symlink("loop", fresh.rounds_root / "loop")
+    os.symlink(fresh.root / "nowhere", fresh.rounds_root / "dangling")
+
+    result = tick(fresh.rounds_root)
+
+    assert [key for key, _ in result.requested] == [ROUND]
+
+
+def test_symlink_loop_inside_a_round_does_not_hide_the_round(fresh: DemoLayout) -> None:
+    """The join reads a looping entry as "not a cell"; the sensor must still request the round."""
+    out_dir = fresh.rounds_root / ROUND
+    os.symlink("loop", out_dir / "improve-run" / "gen-0" / "candidate-0" / "loop")
+    os.symlink("loop", out_dir / "improve-run" / "gen-1" / "loop")
+
+    result = tick(fresh.rounds_root)
+
+    assert result.requested == [(ROUND, f"{ROUND}:{fingerprint(out_dir)}")]
+    assert result.warnings() == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder: unreadable folders cannot be made")
+def test_unreadable_folders_do_not_stop_the_tick(fresh: DemoLayout) -> None:
+    locked_root_entry = fresh.rounds_root / "locked"
+    (locked_root_entry / "improve-run").mkdir(parents=True)
+    locked_campaign = fresh.rounds_root / ROUND / "improve-run" / "gen-1" / "candidate-1"
+    locked_root_entry.chmod(0)
+    locked_campaign.chmod(0)
+    try:
+        result = tick(fresh.rounds_root)
+    finally:
+        locked_root_entry.chmod(0o755)
+        locked_campaign.chmod(0o755)
+
+    assert [key for key, _ in result.requested] == [ROUND]
+
+
+# ---------------------------------------------------------------------------
+# The cursor across ticks and restarts
+# ---------------------------------------------------------------------------
+
+
+def test_cursor_carries_every_round_across_ticks(demo: DemoLayout) -> None:
+    first = tick(demo.rounds_root)
+
+    assert sorted(first.requested) == [
+        (ROUND, f"{ROUND}:{fingerprint(demo.rounds_root / ROUND)}"),
+        (SMALL, f"{SMALL}:{fingerprint(demo.rounds_root / SMALL)}"),
+    ]
+    assert first.cursor == cursor_of(
+        {ROUND: fingerprint(demo.rounds_root / ROUND), SMALL: fingerprint(demo.rounds_root / SMALL)}
+    )
+
+
+def test_restart_with_the_saved_cursor_reruns_only_the_changed_round(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (ROUND_SPEC, SMALL_SPEC))
+    age(layout.root, 3600)
+    saved = tick(layout.rounds_root, instance=DagsterInstance.ephemeral()).cursor
+    # A restarted daemon: a new process and instance object over the same partitions, the saved cursor.
+    restarted = DagsterInstance.ephemeral()
+    restarted.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [ROUND, SMALL])
+
+    unchanged = tick(layout.rounds_root, cursor=saved, instance=restarted)
+    rewrite(edge_case_sites(layout.root, SMALL_SPEC)["cost_ledger_garbage_line"].other_path)
+    changed = tick(layout.rounds_root, cursor=unchanged.cursor, instance=restarted)
+
+    assert unchanged.result == SkipReason("no new or changed rounds")
+    assert changed.requested == [(SMALL, f"{SMALL}:{fingerprint(layout.rounds_root / SMALL)}")]
+    assert changed.result.dynamic_partitions_requests == []
+
+
+# ---------------------------------------------------------------------------
+# evaluate_tick, as the daemon calls it, with the real Definitions
+# ---------------------------------------------------------------------------
+
+
+def test_evaluate_tick_resolves_job_tags_and_partition_requests(demo: DemoLayout) -> None:
+    resources = {
+        "rounds_root": RoundsRoot(root_dir=str(demo.rounds_root)),
+        "round_discovery": RoundDiscovery(quiet_period_seconds=0),
+    }
+    with instance_for_test() as instance:
+        with build_sensor_context(
+            instance_ref=instance.get_ref(), definitions=defs, resources=resources
+        ) as context:
+            data = round_dirs_sensor.evaluate_tick(context)
+        instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [ROUND, SMALL])
+        with build_sensor_context(
+            instance_ref=instance.get_ref(), definitions=defs, resources=resources, cursor=data.cursor
+        ) as context:
+            again = round_dirs_sensor.evaluate_tick(context)
+
+    assert data.dynamic_partitions_requests == [
+        AddDynamicPartitionsRequest(ROUNDS_PARTITIONS_NAME, [ROUND, SMALL])
+    ]
+    digest = fingerprint(demo.rounds_root / ROUND)
+    first = data.run_requests[0]
+    assert (first.partition_key, first.run_key) == (ROUND, f"{ROUND}:{digest}")
+    assert {
+        key: first.tags[key] for key in ("dagster/partition", "dagster/sensor_name", "rollout/fingerprint")
+    } == {
+        "dagster/partition": ROUND,
+        "dagster/sensor_name": "round_dirs_sensor",
+        "rollout/fingerprint": digest,
+    }
+    assert [event.partition for event in data.asset_events] == [ROUND, SMALL]
+    assert (again.run_requests, again.skip_message) == ([], "no new or changed rounds")
+
+
+# ---------------------------------------------------------------------------
+# End to end: `dagster dev` discovers a round, materializes and checks it, re-runs it once changed
+# ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _default_signals() -> None:
+    # Started from a non-interactive shell the child inherits SIGINT ignored, and `dagster dev`
+    # then ignores SIGTERM too (it maps SIGTERM onto its SIGINT handling).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _wait_for(what: str, predicate: Any, timeout: float, log: Path, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    tail = log.read_text(encoding="utf-8", errors="replace")[-4000:]
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; dagster dev log tail:\n{tail}")
+
+
+def _server_up(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as response:
+            return response.status == 200 and "dagster_webserver_version" in json.loads(response.read())
+    except OSError:
+        return False
+
+
+def _stop_group(process: subprocess.Popen, grace: float = 30.0) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:  # the group's other members (daemon, code server, runs)
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=10)
+
+
+@dataclass
+class DagsterDev:
+    process: subprocess.Popen
+    port: int
+    home: Path
+    log: Path
+
+
+@pytest.fixture
+def dagster_dev(tmp_path: Path) -> Iterator[tuple[DagsterDev, Path, Path]]:
+    """`dagster dev` on an empty rounds root: (server, rounds root, ledger root)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
+    rounds_root = tmp_path / "rounds"
+    rounds_root.mkdir()
+    ledger_root = tmp_path / "ledgers"
+    data = tmp_path / "data"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
+    env.update(
+        DAGSTER_HOME=str(home),
+        ROLLOUT_ROUNDS_ROOT=str(rounds_root),
+        OPENCODE_DB=str(data / "opencode.db"),
+        CLAUDE_PROJECTS_DIR=str(data / "claude-projects"),
+        ROLLOUT_LEDGER_ROOT=str(ledger_root),
+        ROLLOUT_QUIET_PERIOD_SECONDS="0",
+        ROLLOUT_SENSOR_INTERVAL_SECONDS="5",
+    )
+    port = _free_port()
+    log = tmp_path / "dagster-dev.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [str(VENV_BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+            cwd=PROJECT_DIR,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_signals,  # noqa: PLW1509 - no threads started yet; signals must be reset
+        )
+    server = DagsterDev(process, port, home, log)
+    try:
+        _wait_for("/server_info", lambda: process.poll() is None and _server_up(port), 60, log)
+        yield server, rounds_root, ledger_root
+    finally:
+        _stop_group(process)
+        assert _port_is_free(port), f"port {port} still taken after stopping dagster dev"
+
+
+def _sensor_runs(instance: DagsterInstance) -> list[Any]:
+    """Runs the round sensor launched, oldest first."""
+    records = instance.get_run_records(filters=RunsFilter(tags={"dagster/sensor_name": "round_dirs_sensor"}))
+    return [record.dagster_run for record in sorted(records, key=lambda record: record.create_timestamp)]
+
+
+def _check_results(instance: DagsterInstance, run_id: str) -> dict[str, tuple[bool, str | None]]:
+    evaluations = [
+        entry.asset_check_evaluation
+        for entry in instance.all_logs(run_id)
+        if entry.dagster_event is not None
+        and entry.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
+    return {evaluation.check_name: (evaluation.passed, evaluation.partition) for evaluation in evaluations}
+
+
+FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+def _finished(instance: DagsterInstance, run_id: str) -> Any:
+    """The run once it has finished, else None."""
+    run = instance.get_run_by_id(run_id)
+    return run if run is not None and run.status in FINISHED else None
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
+    dagster_dev: tuple[DagsterDev, Path, Path], tmp_path: Path
+) -> None:
+    server, rounds_root, ledger_root = dagster_dev
+    # The demo writes absolute paths, so it is generated in place under tmp/data, then shown to the
+    # sensor in one step (a symlink), so no tick can catch a half-written round.
+    layout = write_rounds(tmp_path / "data")
+    os.symlink(layout.rounds_root / ROUND, rounds_root / ROUND)
+    out_dir = rounds_root / ROUND
+    first_key = f"{ROUND}:{fingerprint(out_dir)}"
+
+    with DagsterInstance.from_config(str(server.home)) as instance:
+        (launched,) = _wait_for("the first run", lambda: _sensor_runs(instance), 60, server.log)
+        first = _wait_for(
+            "the first run to finish", lambda: _finished(instance, launched.run_id), 120, server.log
+        )
+        assert first.status == DagsterRunStatus.SUCCESS, server.log.read_text(errors="replace")[-4000:]
+        assert (first.tags["dagster/partition"], first.tags["dagster/run_key"]) == (ROUND, first_key)
+        assert _check_results(instance, first.run_id) == dict.fromkeys(CHECK_NAMES, (True, ROUND))
+        assert (ledger_root / ROUND / "rollout-ledger.jsonl").is_file()
+        assert instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME) == [ROUND]
+
+        result_json = edge_case_sites(layout.root, ROUND_SPEC)["non_ascii_text"].run_dir / "result.json"
+        temp = result_json.with_name("result.json.tmp")
+        temp.write_bytes(result_json.read_bytes())
+        os.replace(temp, result_json)  # one atomic rewrite: same bytes, newer mtime
+        second_key = f"{ROUND}:{fingerprint(out_dir)}"
+        assert second_key != first_key
+
+        relaunched = _wait_for("a second run", lambda: _sensor_runs(instance)[1:], 30, server.log)[0]
+        second = _wait_for(
+            "the second run to finish", lambda: _finished(instance, relaunched.run_id), 120, server.log
+        )
+        time.sleep(6)  # at least one more tick after the re-run finished
+        final = _sensor_runs(instance)
+        second_checks = _check_results(instance, second.run_id)
+
+    assert second.status == DagsterRunStatus.SUCCESS
+    assert second.tags["dagster/run_key"] == second_key
+    assert second_checks == dict.fromkeys(CHECK_NAMES, (True, ROUND))
+    assert [run.run_id for run in final] == [first.run_id, second.run_id]
