@@ -53,10 +53,38 @@ def _input_json(raw: bytes) -> Any:
     return json.loads(raw.decode("utf-8", errors="replace"), parse_constant=_reject_constant)
 
 
-def _ledger_lines(ledger_path: Path) -> Iterator[dict[str, Any]]:
+class MalformedLedgerLine(ValueError):
+    """A ledger line the audits cannot read: not JSON, or a field missing or mistyped."""
+
+
+class _Line:
+    """One parsed ledger line whose fields are read by path, failing with `file:line` and the field."""
+
+    def __init__(self, value: Any, where: str):
+        self.value, self.where = value, where
+
+    def get(self, *path: str) -> Any:
+        value = self.value
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                raise MalformedLedgerLine(f"{self.where}: no field {'.'.join(path)}")
+            value = value[key]
+        return value
+
+
+def _ledger_lines(ledger_path: Path) -> Iterator[_Line]:
     with open(ledger_path, "rb") as handle:
-        for raw in handle:
-            yield json.loads(raw)
+        for lineno, raw in enumerate(handle, start=1):
+            where = f"{ledger_path}:{lineno}"
+            try:
+                yield _Line(json.loads(raw), where)
+            except ValueError as error:
+                raise MalformedLedgerLine(f"{where}: not JSON ({error})") from error
+
+
+def _unreadable(error: MalformedLedgerLine) -> AuditResult:
+    """A ledger that cannot be read proves nothing: the audit fails and says where."""
+    return AuditResult(passed=False, expected=0, seen=0, missing=0, sample=[str(error)], details={"unreadable_lines": 1})
 
 
 def _sample(items: Iterable[Any]) -> list[str]:
@@ -145,11 +173,14 @@ def _result_json(run_dir: str | None) -> dict[str, Any] | None:
 def audit_supervisors(out_dir: Path, ledger_path: Path) -> AuditResult:
     """Every campaign cell has exactly one supervisor line."""
     expected = Counter((c.candidate_id, c.scenario_id, c.rep) for c in walk_cells(out_dir))
-    seen = Counter(
-        (line["candidate_id"], line["task"]["instance_id"], line["task"]["rep"])
-        for line in _ledger_lines(ledger_path)
-        if line["role"] == "supervisor"
-    )
+    try:
+        seen = Counter(
+            (line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))
+            for line in _ledger_lines(ledger_path)
+            if line.get("role") == "supervisor"
+        )
+    except MalformedLedgerLine as error:
+        return _unreadable(error)
     return _compare(expected, seen)
 
 
@@ -187,13 +218,16 @@ def audit_workers(out_dir: Path, ledger_path: Path, opencode_db: Path) -> AuditR
     store_readable, session_ids = _opencode_sessions(opencode_db, cwds)
     seen_cwds: set[str] = set()
     seen_sessions: Counter[str] = Counter()
-    for line in _ledger_lines(ledger_path):
-        if line["role"] != "worker":
-            continue
-        seen_cwds.add(line["outcome"]["metrics"]["worker_cwd"])
-        ref = line["artifacts"]["transcript_ref"]
-        if isinstance(ref, str) and ref.startswith("opencode:"):
-            seen_sessions[ref.removeprefix("opencode:")] += 1
+    try:
+        for line in _ledger_lines(ledger_path):
+            if line.get("role") != "worker":
+                continue
+            seen_cwds.add(line.get("outcome", "metrics", "worker_cwd"))
+            ref = line.get("artifacts", "transcript_ref")
+            if isinstance(ref, str) and ref.startswith("opencode:"):
+                seen_sessions[ref.removeprefix("opencode:")] += 1
+    except MalformedLedgerLine as error:
+        return _unreadable(error)
     cwd_result = _compare(Counter(cwds), Counter(seen_cwds), at_least_once=True)
     session_result = _compare(Counter(session_ids), seen_sessions)
     return AuditResult(
@@ -232,11 +266,14 @@ def _receipt_keys(out_dir: Path) -> Iterator[tuple[str, int]]:
 def audit_proposers(out_dir: Path, ledger_path: Path) -> AuditResult:
     """Every shot receipt has exactly one proposer line."""
     expected = Counter(_receipt_keys(out_dir))
-    seen = Counter(
-        (line["task"]["instance_id"], line["task"]["rep"])
-        for line in _ledger_lines(ledger_path)
-        if line["role"] == "proposer"
-    )
+    try:
+        seen = Counter(
+            (line.get("task", "instance_id"), line.get("task", "rep"))
+            for line in _ledger_lines(ledger_path)
+            if line.get("role") == "proposer"
+        )
+    except MalformedLedgerLine as error:
+        return _unreadable(error)
     return _compare(expected, seen)
 
 
@@ -299,14 +336,17 @@ def audit_stats(ledger_path: Path, stats_path: Path) -> AuditResult:
     stats = json.loads(stats_path.read_bytes())
     lines = full = gap = rewarded = 0
     by_role: Counter[str] = Counter()
-    for line in _ledger_lines(ledger_path):
-        lines += 1
-        by_role[line["role"]] += 1
-        if line["messages"]:
-            full += 1
-        else:
-            gap += 1
-        rewarded += line["outcome"]["reward"] is not None
+    try:
+        for line in _ledger_lines(ledger_path):
+            lines += 1
+            by_role[line.get("role")] += 1
+            if line.get("messages"):
+                full += 1
+            else:
+                gap += 1
+            rewarded += line.get("outcome", "reward") is not None
+    except MalformedLedgerLine as error:
+        return _unreadable(error)
     problems = []
     recount = {"lines": lines, "fullTranscripts": full, "gapLines": gap, "rewardLabeled": rewarded}
     for key, value in recount.items():

@@ -538,3 +538,25 @@ def test_audits_ignore_folders_the_join_does_not_read_as_campaigns_or_receipts(
 
     assert audit.audit_supervisors(out_dir, ledger).passed
     assert audit.audit_proposers(out_dir, ledger).passed
+
+
+@pytest.mark.parametrize(
+    "audit_ledger",
+    [
+        lambda out_dir, ledger, demo: audit.audit_supervisors(out_dir, ledger),
+        lambda out_dir, ledger, demo: audit.audit_workers(out_dir, ledger, demo.opencode_db),
+        lambda out_dir, ledger, demo: audit.audit_proposers(out_dir, ledger),
+    ],
+    ids=["supervisors", "workers", "proposers"],
+)
+def test_count_checks_fail_with_file_and_line_on_a_line_missing_its_fields(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, audit_ledger
+) -> None:
+    broken = [dict(line) for line in lines]
+    del broken[1]["task"]
+    del broken[1]["role"]
+    ledger = _ledger(tmp_path, broken)
+    outcome = audit_ledger(out_dir, ledger, demo)
+    assert outcome.passed is False
+    assert outcome.details == {"unreadable_lines": 1}
+    assert outcome.sample == [f"{ledger}:2: no field role"]

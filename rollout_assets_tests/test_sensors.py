@@ -257,6 +257,19 @@ def test_round_is_requested_once_older_than_its_quiet_period(fresh: DemoLayout) 
     assert settled.requested == [(ROUND, f"{ROUND}:{digest}")]
 
 
+def test_a_file_dated_in_the_future_does_not_keep_the_round_waiting(fresh: DemoLayout) -> None:
+    age(fresh.root, -3600)  # an hour ahead of this machine's clock
+
+    ticked = tick(fresh.rounds_root, quiet=120)
+
+    digest = fingerprint(fresh.rounds_root / ROUND)
+    assert ticked.requested == [(ROUND, f"{ROUND}:{digest}")]
+    assert any(
+        level == "WARNING" and message.startswith(f"round {ROUND}: an input file is dated ")
+        for level, message in ticked.logged
+    )
+
+
 def test_a_change_restarts_the_quiet_period(fresh: DemoLayout) -> None:
     age(fresh.root, 600)
     first = tick(fresh.rounds_root, quiet=120)

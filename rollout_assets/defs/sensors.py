@@ -184,7 +184,12 @@ def round_dirs_sensor(
             continue
         if requested.get(key) == fingerprint.digest:
             continue
-        if now - fingerprint.newest_mtime < round_discovery.quiet_period_seconds:
+        age = now - fingerprint.newest_mtime
+        if age < 0:
+            # A clock ahead of ours (a copied or skewed file) would keep the round waiting
+            # for ever; its content is what it is, so it is not waited for.
+            context.log.warning(f"round {key}: an input file is dated {-age:.0f} s in the future; not waiting for it")
+        elif age < round_discovery.quiet_period_seconds:
             waiting.append(key)
             continue
         if not context.instance.has_dynamic_partition(ROUNDS_PARTITIONS_NAME, key):
