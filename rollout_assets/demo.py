@@ -13,61 +13,65 @@ its own fixture. Stdlib only.
 
 Determinism: the same root path and specs give the same bytes, modulo the root path itself
 (and its Claude slug). Times start at 2026-11-02T09:00:00.000Z plus a per-round day offset taken
-from a hash of the round name; random values come from `random.Random(spec.seed)`; every id is a
-hash of round-relative names or a zero-padded counter. Nothing reads the clock or uuid4.
+from a hash of the round name; random values come from `random.Random(spec.seed)`, drawn in a
+fixed order (so any new draw changes every later value: the golden ledger test notices); every id
+is a hash of round-relative names or a zero-padded counter. Nothing reads the clock or uuid4.
+
+DEFAULT_ROUNDS (what `rollout-assets demo ROOT` writes): round-001, small, every edge case;
+round-002, larger and clean (no edge cases); round-003, every edge case plus every FIX_CASES name.
 
 Scale: files are streamed cell by cell, the opencode rows go in through `executemany` in chunks
 inside one transaction per round, and nothing is quadratic in the number of cells.
 
 ## Edge cases (`edge_cases=True`) and optional cases (`fixes`)
 
-Cell cases go to distinct cells of the round's *edge pool*, in the order of the table below:
-the candidate campaigns in (generation, candidate) order, each one's cells sorted by
-(scenarioId, rep), then the baseline cells except its first in (scenarioId, rep) order. Session
-cases sit on the cell's worker cwd `w0` (`cwd_without_session`: the cell's last worker cwd).
-Shot cases go to *shot slots* in groups, in the order of the table: slot k is shot k // C of
-candidate k % C (C = generations x candidates, candidates in (generation, candidate) order).
-Cases marked (own worktree) put their receipt in a dedicated author folder, so no other shot
-shares the worktree. `edge_case_sites(root, spec)` returns the exact paths for any spec.
+Cell cases go, one each, to the cells of the round's *edge pool* in the order of the table: the
+candidate campaigns in (generation, candidate) order, each one's cells sorted by
+(scenarioId, rep), then the baseline cells except its first by (scenarioId, rep). Session cases
+sit on the cell's worker cwd `w0` (`cwd_without_session`: the cell's last worker cwd). Shot cases
+go in groups to *shot slots*: slot k is shot k // C of candidate k % C (C = generations x
+candidates, in (generation, candidate) order). "(own worktree)" puts the receipt in a dedicated
+author folder so that no other shot shares its worktree. The base groups take slots 0-3, so an
+edge round needs >= 4 shots; each fix present takes the next slot. A spec too small for its
+cases is refused. `edge_case_sites(root, spec)` gives the exact paths for any spec; the last
+column shows where DEFAULT_ROUNDS puts them (cells under improve-run/, receipts under
+proposer-shots/).
 
-| case | where it is planted | round-001 (DEFAULT_ROUNDS) |
+| case | planted | DEFAULT_ROUNDS |
 |---|---|---|
-| `non_ascii_text` | edge cell 0, worker `w0` (every user prompt and proposer prompt has it) | gen-0/candidate-0 astropy__astropy-12907__rep0 |
-| `cwd_listed_twice` | edge cell 1: result.json lists `w0` again at the end (respawned worker) | gen-0/candidate-0 astropy__astropy-12907__rep1 |
-| `cwd_with_two_sessions` | edge cell 2: `w0` also has a sub-agent session (parent_id = the first) | gen-0/candidate-0 django__django-11532__rep0 |
-| `cwd_without_session` | edge cell 3: its last worker cwd has no session row | gen-0/candidate-0 django__django-11532__rep1 |
-| `session_without_messages` | edge cell 4: `w0`'s session row has no message rows | gen-0/candidate-0 sympy__sympy-20590__rep0 |
-| `session_with_only_malformed_messages` | edge cell 5: `w0`'s messages are all invalid JSON | gen-0/candidate-0 sympy__sympy-20590__rep1 |
-| `malformed_part` | edge cell 6: `w0`'s first step holds one part with invalid JSON | gen-0/candidate-1 astropy__astropy-12907__rep0 |
-| `malformed_message` | edge cell 7: `w0` has one extra assistant message with invalid JSON | gen-0/candidate-1 astropy__astropy-12907__rep1 |
-| `very_long_tool_output` | edge cell 8: `w0`'s first tool output is >= 200 kB | gen-0/candidate-1 django__django-11532__rep0 |
-| `non_string_tool_output` | edge cell 9: `w0`'s first tool output is a JSON object | gen-0/candidate-1 django__django-11532__rep1 |
-| `half_second_wall_time` | edge cell 10: `w0`'s time_updated - time_created ends in exactly 500 ms | gen-0/candidate-1 sympy__sympy-20590__rep0 |
-| `non_string_worker_cwd` | edge cell 11: result.json workerCwds holds a `null` | gen-0/candidate-1 sympy__sympy-20590__rep1 |
-| `errored_cell` | edge cell 12: `artifact: null`, `error` string; no run dir, no sessions | gen-1/candidate-0 astropy__astropy-12907__rep0 |
-| `composite_judge_score` | edge cell 13: judgeScores composite 0.62 | gen-1/candidate-0 astropy__astropy-12907__rep1 |
-| `cell_without_reward` | edge cell 14: no judgeScores, `artifact.resolved: null`, no judge.json | gen-1/candidate-0 django__django-11532__rep0 |
-| `sup_status_running` | edge cell 15: result.json `sup_status: "running"` | gen-1/candidate-0 django__django-11532__rep1 |
-| `error-null` (fix) | next edge cell: `"error": null` and a good artifact | (round-003) |
-| `result-json-missing` (fix) | next edge cell: its run dir has no result.json (sessions exist) | (round-003) |
-| `result-json-corrupt` (fix) | next edge cell: its result.json is not JSON (sessions exist) | (round-003) |
-| `baseline-commit-order` (fix) | the first baseline cell by (scenarioId, rep) has its own commit and a `zz-rerun-` directory that sorts last | (round-003) |
-| `transcript_outside_window` | shot slot 0: a second transcript in its worktree starts 3 h after the candidate's last shot | gen0-cand0-shot0.json (flat) |
-| `timed_out_shot` | shot slot 0: `timedOut: true`, `exitCode: 124` | gen0-cand0-shot0.json (flat) |
-| `receipt_without_timestamps` | shot slot 1 (own worktree, author `cedar`): no startedAt/completedAt; one transcript | cedar/gen0-cand1-shot0.json |
-| `missing_transcript_folder` | shot slot 2 (own worktree, author `dune`): no Claude folder at all | dune/gen1-cand0-shot0.json |
-| `candidate_without_patch` | the candidate of shot slot 2: no `candidates/<commit10>.patch` | gen-1/candidate-0 |
-| `receipt_not_json` | shot slot 3: the receipt is truncated JSON; its transcript exists | atlas/gen1-cand1-shot0.json |
-| `flat_receipt` | the first flat receipt that is valid JSON | gen0-cand0-shot0.json |
-| `per_author_receipt` | the first per-author receipt that is valid JSON | cedar/gen0-cand1-shot0.json |
-| `cost_ledger_garbage_line` | every round: the last line of improve-run/cost-ledger.jsonl is not JSON | every round |
-| `empty-claude-transcript` (fix) | next shot slot: its only transcript is an image-only user line | (round-003) |
-| `sidechain-only-file` (fix) | next slot (own worktree, author `ember`): no timestamps; one transcript plus an `agent-<id>.jsonl` of sidechain lines only | (round-003) |
-| `empty-thinking-first-block` (fix) | next slot: its transcript's first API message starts with an empty thinking line | (round-003) |
-| `synthetic-model` (fix) | next slot: its transcript's last assistant line has model `<synthetic>` | (round-003) |
-
-Base shot groups take slots 0-3 (so an edge round needs >= 4 shots); each fix present takes the
-next slot. Cell cases need one cell each. A spec too small for its cases is refused.
+| `non_ascii_text` | edge cell 0, `w0` (every worker prompt and proposer prompt has it) | 001 gen-0/candidate-0/astropy__astropy-12907__rep0 |
+| `cwd_listed_twice` | edge cell 1: result.json lists `w0` again at the end (respawn) | 001 gen-0/candidate-0/astropy__astropy-12907__rep1 |
+| `cwd_with_two_sessions` | edge cell 2: `w0` also has a sub-agent session (parent_id = first) | 001 gen-0/candidate-0/django__django-11532__rep0 |
+| `cwd_without_session` | edge cell 3: its last worker cwd has no session row | 001 gen-0/candidate-0/django__django-11532__rep1 |
+| `session_without_messages` | edge cell 4: `w0`'s session row has no message rows | 001 gen-0/candidate-0/sympy__sympy-20590__rep0 |
+| `session_with_only_malformed_messages` | edge cell 5: every message of `w0` is invalid JSON | 001 gen-0/candidate-0/sympy__sympy-20590__rep1 |
+| `malformed_part` | edge cell 6: one part of `w0`'s first step is invalid JSON | 001 gen-0/candidate-1/astropy__astropy-12907__rep0 |
+| `malformed_message` | edge cell 7: `w0` has one extra assistant message of invalid JSON | 001 gen-0/candidate-1/astropy__astropy-12907__rep1 |
+| `very_long_tool_output` | edge cell 8: `w0`'s first tool output is >= 200 kB | 001 gen-0/candidate-1/django__django-11532__rep0 |
+| `non_string_tool_output` | edge cell 9: `w0`'s first tool output is a JSON object | 001 gen-0/candidate-1/django__django-11532__rep1 |
+| `half_second_wall_time` | edge cell 10: `w0`'s time_updated - time_created is n s + 500 ms | 001 gen-0/candidate-1/sympy__sympy-20590__rep0 |
+| `non_string_worker_cwd` | edge cell 11: result.json workerCwds holds a `null` | 001 gen-0/candidate-1/sympy__sympy-20590__rep1 |
+| `errored_cell` | edge cell 12: `artifact: null` + `error`; no run dir, no sessions | 001 gen-1/candidate-0/astropy__astropy-12907__rep0 |
+| `composite_judge_score` | edge cell 13: judgeScores composite 0.62 | 001 gen-1/candidate-0/astropy__astropy-12907__rep1 |
+| `cell_without_reward` | edge cell 14: no judgeScores, `resolved: null`, no judge.json | 001 gen-1/candidate-0/django__django-11532__rep0 |
+| `sup_status_running` | edge cell 15: result.json `sup_status: "running"` | 001 gen-1/candidate-0/django__django-11532__rep1 |
+| `error-null` (fix) | next edge cell: `"error": null` and a good artifact | 003 gen-1/candidate-0/astropy__astropy-12907__rep0 |
+| `result-json-missing` (fix) | next edge cell: no result.json in its run dir (sessions exist) | 003 gen-1/candidate-0/astropy__astropy-12907__rep1 |
+| `result-json-corrupt` (fix) | next edge cell: result.json is not JSON (sessions exist) | 003 gen-1/candidate-0/django__django-11532__rep0 |
+| `baseline-commit-order` (fix) | first baseline cell by (scenarioId, rep): own commit, dir sorts last | 003 baseline/zz-rerun-astropy__astropy-12907__rep0 |
+| `transcript_outside_window` | slot 0: a 2nd transcript in its worktree, 3 h after the last shot | 001 gen0-cand0-shot0.json |
+| `timed_out_shot` | slot 0: `timedOut: true`, `exitCode: 124` | 001 gen0-cand0-shot0.json |
+| `receipt_without_timestamps` | slot 1 (own worktree): no startedAt/completedAt, one transcript | 001 cedar/gen0-cand1-shot0.json |
+| `missing_transcript_folder` | slot 2 (own worktree): no Claude project folder at all | 001 dune/gen1-cand0-shot0.json |
+| `candidate_without_patch` | slot 2's candidate: no `candidates/<commit10>.patch` | 001 gen-1/candidate-0 |
+| `receipt_not_json` | slot 3: truncated receipt JSON; its transcript exists | 001 birch/gen1-cand1-shot0.json |
+| `flat_receipt` | the first flat receipt that is valid JSON | 001 gen0-cand0-shot0.json |
+| `per_author_receipt` | the first per-author receipt that is valid JSON | 001 cedar/gen0-cand1-shot0.json |
+| `cost_ledger_garbage_line` | every round: the last line of improve-run/cost-ledger.jsonl | every round |
+| `empty-claude-transcript` (fix) | next slot: its only in-window transcript is an image-only user line | 003 gen0-cand0-shot1.json |
+| `sidechain-only-file` (fix) | next slot (own worktree): no timestamps; one transcript + `agent-<id>.jsonl` of sidechain lines | 003 ember/gen0-cand1-shot1.json |
+| `empty-thinking-first-block` (fix) | next slot: first API message = empty thinking line + text line | 003 gen1-cand0-shot1.json |
+| `synthetic-model` (fix) | next slot: the last assistant line has model `<synthetic>` | 003 birch/gen1-cand1-shot1.json |
 """
 
 from __future__ import annotations
@@ -231,6 +235,11 @@ def write_demo(
     layout.claude_projects_dir.mkdir(parents=True, exist_ok=True)
     connection = sqlite3.connect(layout.opencode_db)
     try:
+        # A 64 MB page cache keeps a large round's index pages in memory; without fsyncs, each
+        # spill of that cache costs a write, not a disk flush. A demo store that an OS crash
+        # could damage is regenerated, never repaired.
+        connection.execute("PRAGMA cache_size = -65536")
+        connection.execute("PRAGMA synchronous = OFF")
         _create_store_schema(connection, legacy_opencode_schema)
         for plan in plans:
             _write_round(plan, connection, legacy_opencode_schema)
@@ -1235,6 +1244,9 @@ class _SessionWriter:
         self._session_sql = f"INSERT INTO session ({', '.join(columns)}) VALUES ({marks})"
 
     def flush(self) -> None:
+        # Rows in id order fill each primary-key page once instead of revisiting it.
+        for rows in (self._sessions, self._messages, self._parts):
+            rows.sort()
         self._connection.executemany(self._session_sql, self._sessions)
         self._connection.executemany("INSERT INTO message VALUES (?, ?, ?, ?)", self._messages)
         self._connection.executemany("INSERT INTO part VALUES (?, ?, ?, ?, ?)", self._parts)
@@ -1481,6 +1493,8 @@ _CODE_LINES = (
     "        self.meta = meta",
     "        self.app_label = app_label",
 )
+# What opencode's read tool shows of a file: numbered lines. Built once; a read is a slice of it.
+_NUMBERED_LISTING = tuple(f"{n:05d}| {_CODE_LINES[n % len(_CODE_LINES)]}" for n in range(1, 900))
 
 
 def _tool_call(
@@ -1505,9 +1519,7 @@ def _tool_call(
     if tool == "read":
         start = rng.randint(1, 800)
         count = rng.randint(20, 60)
-        body = "\n".join(
-            f"{start + n:05d}| {_CODE_LINES[(start + n) % len(_CODE_LINES)]}" for n in range(count)
-        )
+        body = "\n".join(_NUMBERED_LISTING[start - 1 : start - 1 + count])
         return (
             {"filePath": path, "offset": start, "limit": count},
             f"<file>\n{body}\n</file>",
