@@ -17,12 +17,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from rollout_assets.backfill import RoundBackfill
-from rollout_assets.ledger import LedgerValidationError, LedgerWriter, WriterBusyError, rollout_json_schema
+from rollout_assets.backfill.parallel import backfill_to_file
+from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
@@ -49,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="progress bar on stderr (auto: only on a terminal)",
     )
+    backfill.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: every core); the ledger is the same for any N",
+    )
 
     manifest = commands.add_parser("manifest", help="print the manifest JSON of one round outDir")
     manifest.add_argument("out_dir", metavar="OUTDIR")
@@ -74,23 +80,17 @@ def _is_inside(path: Path, folder: Path) -> bool:
     return True
 
 
-def _with_progress(lines: Iterator[dict[str, Any]], total_cells: int, enabled: bool) -> Iterator[dict[str, Any]]:
-    """Pass lines through, drawing a one-line progress bar over the round's cells on stderr."""
-    if not enabled:
-        yield from lines
-        return
-    done = 0
+class _ProgressBar:
+    """A one-line progress bar over the round's cells on stderr."""
+
     width = 30
-    for line in lines:
-        yield line
-        if line["role"] == "supervisor":
-            done += 1
-            if done % 50 == 0 or done == total_cells:
-                filled = width * done // max(total_cells, 1)
-                sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total_cells} cells")
-                sys.stderr.flush()
-    if total_cells:
-        sys.stderr.write("\n")
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = self.width * done // max(total, 1)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} cells")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
 
 
 def run_backfill(args: argparse.Namespace) -> int:
@@ -99,15 +99,15 @@ def run_backfill(args: argparse.Namespace) -> int:
     if _is_inside(ledger_path, out_dir):
         # Inputs are read-only: nothing is ever written inside a round.
         raise _UsageError(f"refusing to write the ledger inside the round outDir {out_dir}")
-    with RoundBackfill(
-        out_dir, opencode_db=args.opencode_db, claude_projects_dir=args.claude_projects
-    ) as backfill:
-        total_cells = sum(len(entry.cells) for entry in backfill.manifest.entries)
-        show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-        with LedgerWriter(ledger_path) as writer:
-            for line in _with_progress(backfill.lines(), total_cells, show_progress):
-                writer.write(line)
-        stats = backfill.stats
+    show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    _, stats = backfill_to_file(
+        out_dir,
+        ledger_path,
+        opencode_db=args.opencode_db,
+        claude_projects_dir=args.claude_projects,
+        workers=args.workers,
+        on_cells_done=_ProgressBar() if show_progress else None,
+    )
     print(json.dumps(stats.to_json(), indent=2, ensure_ascii=False))
     print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
     return 0

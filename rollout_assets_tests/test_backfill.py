@@ -873,7 +873,7 @@ def recount(run: Backfilled, opencode_available: bool) -> dict[str, Any]:
             sorted(Counter(gap_reason(run, line) for line in lines if not line["messages"]).items())
         ),
         "rewardByRole": {
-            role: {"labeled": len(rewards), "mean": sum(rewards, 0.0) / len(rewards)}
+            role: {"labeled": len(rewards), "mean": round(sum(rewards, 0.0) / len(rewards), 12)}
             for role, rewards in per_role(lines, lambda line: line["outcome"]["reward"]).items()
         },
         "costUsdByRole": {

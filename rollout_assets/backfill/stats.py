@@ -82,6 +82,33 @@ class BackfillStats:
                 if kind == gaps.KIND_CLAUDE_TRANSCRIPT_EMPTY:
                     self.proposer_transcripts_empty += 1
 
+    def merge(self, other: BackfillStats) -> None:
+        """Add the counts of `other` (the counters of another part of the same round)."""
+        for name in (
+            "lines",
+            "full_transcripts",
+            "gap_lines",
+            "reward_labeled",
+            "worker_sessions_joined",
+            "worker_cwds_missed",
+            "worker_sessions_empty",
+            "proposer_shots_joined",
+            "proposer_shots_missed",
+            "proposer_transcripts_empty",
+            "cells_without_worker_list",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in (
+            (self.by_role, other.by_role),
+            (self.by_gap_kind, other.by_gap_kind),
+            (self.reward_labeled_by_role, other.reward_labeled_by_role),
+            (self.reward_sum_by_role, other.reward_sum_by_role),
+            (self.cost_usd_by_role, other.cost_usd_by_role),
+            (self.cost_recorded_by_role, other.cost_recorded_by_role),
+        ):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+
     def to_json(self) -> dict[str, Any]:
         """The seed's key names and order, then this project's additional counters."""
         return {
@@ -102,7 +129,8 @@ class BackfillStats:
             "rewardByRole": {
                 role: {
                     "labeled": labeled,
-                    "mean": self.reward_sum_by_role[role] / labeled,
+                    # Rounded so that summing in another order (parallel parts) gives the same text.
+                    "mean": round(self.reward_sum_by_role[role] / labeled, 12),
                 }
                 for role, labeled in self.reward_labeled_by_role.items()
             },

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -175,6 +176,15 @@ class AtomicJsonlWriter:
             raise RuntimeError(f"{type(self).__name__}.write called outside its `with` block")
         self._file.write(self.encode(record))
         self.count += 1
+
+    def append_file(self, path: StrPath, lines: int) -> None:
+        """Append a file of `lines` lines already encoded by this writer's `encode` (a segment
+        written by a worker process)."""
+        if self._file is None:
+            raise RuntimeError(f"{type(self).__name__}.append_file called outside its `with` block")
+        with open(path, "rb") as segment:
+            shutil.copyfileobj(segment, self._file, 1 << 20)
+        self.count += lines
 
     def __exit__(
         self,

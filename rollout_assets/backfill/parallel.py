@@ -1,0 +1,208 @@
+"""The backfill on every core: units of work in worker processes, one ledger in order.
+
+A round is cut into units (a run of cells of one campaign, or all proposer shots). Each unit
+runs in a forked worker process, which writes its lines, encoded (and validated) exactly as
+the ledger writer would, to a segment file beside the ledger. The parent appends the segments
+to the ledger in unit order, so the file is byte-identical to a single-process backfill with
+the same `captured_at`, and sums the units' counters.
+
+Memory stays bounded: each worker streams its unit; the parent only copies bytes. Only the
+fork start method is used: workers inherit the manifest instead of receiving it pickled.
+"""
+
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.backfill.join import cell_rows, episode_lines, line_context, proposer_lines
+from rollout_assets.backfill.lines import LineContext
+from rollout_assets.backfill.stats import BackfillStats
+from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter
+from rollout_assets.sources.opencode import OpencodeStore
+from rollout_assets.sources.round import CampaignEntry, CellRecord, RoundManifest, build_manifest
+
+# Cells per unit: small enough to balance two cores, large enough that a unit's start-up
+# (opening the store, one batched session query) is noise.
+CELLS_PER_UNIT = 512
+
+Produce = Callable[[Any], Iterator[dict[str, Any]]]
+
+
+@dataclass
+class _Task:
+    """What every forked worker needs, inherited through fork (never pickled)."""
+
+    produce: Produce
+    encode: Callable[[dict[str, Any]], bytes]
+    segment_prefix: str
+
+
+_TASK: _Task | None = None
+
+
+def _run_unit(index: int, unit: Any) -> tuple[str, int, BackfillStats]:
+    """In a worker: write one unit's lines to its segment; return (segment, line count, counters)."""
+    assert _TASK is not None, "worker started without a task (only the fork start method is supported)"
+    segment = f"{_TASK.segment_prefix}{index:06d}.tmp"
+    stats = BackfillStats()
+    lines = 0
+    with open(segment, "wb") as handle:
+        for line in _TASK.produce(unit):
+            handle.write(_TASK.encode(line))
+            stats.observe(line)
+            lines += 1
+    return segment, lines, stats
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def write_units(
+    writer: AtomicJsonlWriter,
+    units: Sequence[Any],
+    produce: Produce,
+    *,
+    workers: int,
+    on_unit_done: Callable[[Any], None] | None = None,
+) -> BackfillStats:
+    """Write the lines of every unit to `writer`, in unit order; returns the summed counters."""
+    stats = BackfillStats()
+    if workers <= 1 or len(units) <= 1:
+        for unit in units:
+            for line in produce(unit):
+                writer.write(line)
+                stats.observe(line)
+            if on_unit_done is not None:
+                on_unit_done(unit)
+        return stats
+    global _TASK
+    # Segments sit beside the output, named like its temp files, so a killed run's leftovers
+    # are removed by the next writer of that path.
+    _TASK = _Task(produce, writer.encode, str(writer.path.parent / f".{writer.path.name}.segment-"))
+    futures: list[Future] = []
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_run_unit, index, unit) for index, unit in enumerate(units)]
+            for unit, future in zip(units, futures, strict=True):
+                segment, lines, unit_stats = future.result()
+                writer.append_file(segment, lines)
+                os.unlink(segment)
+                stats.merge(unit_stats)
+                if on_unit_done is not None:
+                    on_unit_done(unit)
+    finally:
+        _TASK = None
+        for future in futures:
+            future.cancel()
+        _remove_segments(writer.path)
+    return stats
+
+
+def _remove_segments(path: Path) -> None:
+    prefix = f".{path.name}.segment-"
+    for name in os.listdir(path.parent):
+        if name.startswith(prefix):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.parent / name)
+
+
+# ---------------------------------------------------------------------------
+# The command line's backfill: a whole round into one ledger
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellUnit:
+    """A run of cells of one campaign: manifest entry index, first and past-last cell."""
+
+    entry: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class ProposerUnit:
+    """Every proposer shot of the round (they are few; one unit)."""
+
+
+def round_units(manifest: RoundManifest, cells_per_unit: int = CELLS_PER_UNIT) -> list[CellUnit | ProposerUnit]:
+    units: list[CellUnit | ProposerUnit] = []
+    for index, entry in enumerate(manifest.entries):
+        for start in range(0, len(entry.cells), cells_per_unit):
+            units.append(CellUnit(index, start, min(start + cells_per_unit, len(entry.cells))))
+    units.append(ProposerUnit())
+    return units
+
+
+class _RoundProducer:
+    """Lines of one unit of a round; each worker opens its own store connection."""
+
+    def __init__(self, manifest: RoundManifest, context: LineContext, opencode_db: Any, claude_projects_dir: Any):
+        self.manifest, self.context = manifest, context
+        self.opencode_db, self.claude_projects_dir = opencode_db, claude_projects_dir
+
+    def __call__(self, unit: CellUnit | ProposerUnit) -> Iterator[dict[str, Any]]:
+        if isinstance(unit, ProposerUnit):
+            yield from proposer_lines(self.manifest, self.context, self.claude_projects_dir)
+            return
+        entry = self.manifest.entries[unit.entry]
+        part = RoundManifest(
+            out_dir=self.manifest.out_dir,
+            provenance=self.manifest.provenance,
+            instances=self.manifest.instances,
+            entries=[_with_cells(entry, entry.cells[unit.start : unit.stop])],
+        )
+        store = OpencodeStore.open(self.opencode_db)
+        try:
+            yield from episode_lines(cell_rows(part, self.context), store, self.context)
+        finally:
+            if store is not None:
+                store.close()
+
+
+def _with_cells(entry: CampaignEntry, cells: list[CellRecord]) -> CampaignEntry:
+    return replace(entry, cells=cells)
+
+
+def backfill_to_file(
+    out_dir: str | os.PathLike[str],
+    ledger_path: str | os.PathLike[str],
+    *,
+    opencode_db: str | os.PathLike[str],
+    claude_projects_dir: str | os.PathLike[str],
+    captured_at: str | None = None,
+    workers: int | None = None,
+    on_cells_done: Callable[[int, int], None] | None = None,
+) -> tuple[RoundManifest, BackfillStats]:
+    """Backfill one round into `ledger_path` on `workers` processes (default: every core).
+
+    The manifest is built first, so corrupt evidence fails before anything is written; the
+    ledger appears atomically and only when complete.
+    """
+    manifest = build_manifest(out_dir)
+    context = line_context(manifest, captured_at)
+    store = OpencodeStore.open(opencode_db)
+    available = store is not None
+    if store is not None:
+        store.close()
+    units = round_units(manifest)
+    total_cells = sum(len(entry.cells) for entry in manifest.entries)
+    done = 0
+
+    def unit_done(unit: CellUnit | ProposerUnit) -> None:
+        nonlocal done
+        if isinstance(unit, CellUnit) and on_cells_done is not None:
+            done += unit.stop - unit.start
+            on_cells_done(done, total_cells)
+
+    producer = _RoundProducer(manifest, context, opencode_db, claude_projects_dir)
+    with LedgerWriter(ledger_path) as writer:
+        stats = write_units(writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done)
+    stats.opencode_db_available = available
+    return manifest, stats

@@ -1,0 +1,68 @@
+"""The backfill on several processes writes the same ledger, byte for byte, as on one."""
+
+from pathlib import Path
+
+import pytest
+
+from rollout_assets.backfill import RoundBackfill
+from rollout_assets.backfill.parallel import backfill_to_file, round_units
+from rollout_assets.demo import DEFAULT_ROUNDS, write_demo
+from rollout_assets.ledger import write_ledger
+from rollout_assets_tests.ledger_samples import sample_line
+
+CAPTURED_AT = "2026-12-02T10:00:00.000Z"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory):
+    return write_demo(tmp_path_factory.mktemp("parallel"), DEFAULT_ROUNDS)
+
+
+@pytest.mark.parametrize("round_index", [0, 1, 2])
+def test_two_workers_write_the_single_process_ledger_byte_for_byte(demo, tmp_path: Path, round_index: int) -> None:
+    out_dir = demo.rounds[round_index]
+    stores = {"opencode_db": demo.opencode_db, "claude_projects_dir": demo.claude_projects_dir}
+    with RoundBackfill(out_dir, captured_at=CAPTURED_AT, **stores) as single:
+        write_ledger(tmp_path / "single.jsonl", single.lines())
+    # Small units, so even the small demo round is cut into many parts.
+    from rollout_assets.backfill import parallel
+
+    original = parallel.CELLS_PER_UNIT
+    parallel.CELLS_PER_UNIT = 3
+    try:
+        _, stats = backfill_to_file(out_dir, tmp_path / "parallel.jsonl", captured_at=CAPTURED_AT, workers=2, **stores)
+    finally:
+        parallel.CELLS_PER_UNIT = original
+
+    assert (tmp_path / "parallel.jsonl").read_bytes() == (tmp_path / "single.jsonl").read_bytes()
+    assert stats.to_json() == single.stats.to_json()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["parallel.jsonl", "single.jsonl"]
+
+
+def test_units_cover_every_cell_once_and_end_with_the_proposers(demo) -> None:
+    from rollout_assets.backfill.parallel import CellUnit, ProposerUnit
+    from rollout_assets.sources.round import build_manifest
+
+    manifest = build_manifest(demo.rounds[1])
+    units = round_units(manifest, cells_per_unit=7)
+    covered = [(u.entry, cell) for u in units if isinstance(u, CellUnit) for cell in range(u.start, u.stop)]
+    expected = [(index, cell) for index, entry in enumerate(manifest.entries) for cell in range(len(entry.cells))]
+    assert covered == expected
+    assert isinstance(units[-1], ProposerUnit)
+
+
+def test_a_failing_unit_leaves_no_ledger_and_no_segments(demo, tmp_path: Path) -> None:
+    from rollout_assets.backfill import parallel
+    from rollout_assets.ledger import AtomicJsonlWriter
+
+    def produce(unit: int):
+        if unit == 3:
+            raise RuntimeError("unit 3 broke")
+        yield sample_line(rollout_id=f"line-{unit}")
+
+    target = tmp_path / "out.jsonl"
+    target.write_text("previous\n")
+    with pytest.raises(RuntimeError, match="unit 3 broke"), AtomicJsonlWriter(target) as writer:
+        parallel.write_units(writer, list(range(6)), produce, workers=2)
+    assert target.read_text() == "previous\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.jsonl"]
