@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from rollout_assets.backfill import (
     BackfillStats,
     CellRow,
@@ -36,7 +38,8 @@ from rollout_assets.backfill import (
     proposer_lines,
 )
 from rollout_assets.backfill.lines import LineContext
-from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl
+from rollout_assets.backfill.parallel import CELLS_PER_UNIT, default_workers, write_units
+from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl, validate_line
 from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.round import RoundManifest, build_manifest, manifest_from_json
 
@@ -201,6 +204,9 @@ def write_campaign_cells(
             summary.cells_without_worker_list += supervisor["outcome"]["metrics"].get("worker_list_missing") is True
             candidate = supervisor["candidate_id"]
             summary.by_candidate[candidate] = summary.by_candidate.get(candidate, 0) + 1
+            # Each line is validated by the stage that first writes it; the ledger stage
+            # then assembles already-valid lines.
+            validate_line(supervisor)
             writer.write({"supervisor": supervisor, "worker_cwds": row.worker_cwds})
             progress.observe(supervisor)
     progress.flush()
@@ -221,28 +227,88 @@ def _stored_context(outputs: RoundOutputs, captured_at: str) -> LineContext:
     return line_context(stored_manifest(outputs), captured_at)
 
 
+@dataclass(frozen=True)
+class RowsUnit:
+    """A byte range of campaign-cells.jsonl: `rows` rows of one candidate."""
+
+    start: int
+    stop: int
+    rows: int
+    candidate: str
+
+
+def row_units(path: Path, rows_per_unit: int) -> list[RowsUnit]:
+    """Cut the cell rows into units that never span two candidates (for progress per candidate)."""
+    units: list[RowsUnit] = []
+    start = position = rows = 0
+    candidate: str | None = None
+    with open(path, "rb") as handle:
+        for raw in handle:
+            row_candidate = orjson.loads(raw)["supervisor"]["candidate_id"]
+            if rows and (row_candidate != candidate or rows == rows_per_unit):
+                units.append(RowsUnit(start, position, rows, candidate or ""))
+                start, rows = position, 0
+            candidate = row_candidate
+            position += len(raw)
+            rows += 1
+    if rows:
+        units.append(RowsUnit(start, position, rows, candidate or ""))
+    return units
+
+
+class _WorkerSessionsProducer:
+    """Worker lines of one unit of cell rows; each worker process opens its own store connection."""
+
+    def __init__(self, cells_path: Path, opencode_db: str | os.PathLike[str], context: LineContext):
+        self.cells_path, self.opencode_db, self.context = cells_path, opencode_db, context
+
+    def __call__(self, unit: RowsUnit) -> Iterator[dict[str, Any]]:
+        with open(self.cells_path, "rb") as handle:
+            handle.seek(unit.start)
+            chunk = handle.read(unit.stop - unit.start)
+        rows = [orjson.loads(raw) for raw in chunk.splitlines()]
+        store = OpencodeStore.open(self.opencode_db)
+        try:
+            yield from episode_lines(
+                (CellRow(row["supervisor"], row["worker_cwds"]) for row in rows),
+                store,
+                self.context,
+                include_supervisors=False,
+            )
+        finally:
+            if store is not None:
+                store.close()
+
+
 def write_worker_sessions(
-    outputs: RoundOutputs, opencode_db: str | os.PathLike[str], captured_at: str, log: ProgressLog | None = None
+    outputs: RoundOutputs,
+    opencode_db: str | os.PathLike[str],
+    captured_at: str,
+    log: ProgressLog | None = None,
+    workers: int | None = None,
 ) -> BackfillStats:
-    """Worker lines of every cell, joined from the opencode store, in ledger order."""
+    """Worker lines of every cell, joined from the opencode store, in ledger order, on every core."""
     store = OpencodeStore.open(opencode_db)
-    stats = BackfillStats(opencode_db_available=store is not None)
-    progress = CandidateProgress("worker_sessions", log)
-    try:
-        context = _stored_context(outputs, captured_at)
-        lines = episode_lines(read_cell_rows(outputs), store, context, include_supervisors=False)
-        with AtomicJsonlWriter(outputs.worker_sessions) as writer:
-            for line in lines:
-                stats.observe(line)
-                writer.write(line)
-                progress.observe(line)
-        progress.flush()
-    finally:
-        if store is not None:
-            store.close()
+    available = store is not None
+    if store is not None:
+        store.close()
+    units = row_units(outputs.campaign_cells, CELLS_PER_UNIT)
+    left = {}
+    for unit in units:
+        left[unit.candidate] = left.get(unit.candidate, 0) + unit.rows
+
+    def unit_done(unit: RowsUnit) -> None:
+        left[unit.candidate] -= unit.rows
+        if left[unit.candidate] == 0 and log is not None:
+            log(f"worker_sessions: candidate {unit.candidate} done")
+
+    producer = _WorkerSessionsProducer(outputs.campaign_cells, opencode_db, _stored_context(outputs, captured_at))
+    with LedgerWriter(outputs.worker_sessions) as writer:
+        stats = write_units(writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done)
+    stats.opencode_db_available = available
     write_json_atomic(
         outputs.worker_sessions_summary,
-        {"opencodeDb": os.path.abspath(opencode_db), "opencodeDbAvailable": stats.opencode_db_available},
+        {"opencodeDb": os.path.abspath(opencode_db), "opencodeDbAvailable": available},
     )
     return stats
 
@@ -262,7 +328,7 @@ def write_proposer_transcripts(
     """Proposer lines of every shot receipt, joined to Claude transcripts, in ledger order."""
     manifest = stored_manifest(outputs)
     stats = BackfillStats()
-    with AtomicJsonlWriter(outputs.proposer_transcripts) as writer:
+    with LedgerWriter(outputs.proposer_transcripts) as writer:
         for line in proposer_lines(manifest, line_context(manifest, captured_at), claude_projects_dir):
             stats.observe(line)
             writer.write(line)
@@ -274,30 +340,39 @@ def write_proposer_transcripts(
 # ---------------------------------------------------------------------------
 
 
-def _ledger_lines(outputs: RoundOutputs) -> Iterator[dict[str, Any]]:
-    """Merge the stage files in ledger order: each supervisor, then its workers; then proposers."""
-    workers = iter_jsonl(outputs.worker_sessions)
-    pending = next(workers, None)
-    for row in read_cell_rows(outputs):
-        supervisor = row.supervisor
-        yield supervisor
-        while pending is not None and pending["parent_rollout_id"] == supervisor["rollout_id"]:
-            yield pending
-            pending = next(workers, None)
-    if pending is not None:
-        raise StageMismatchError(
-            f"{outputs.worker_sessions}: worker line {pending['rollout_id']} follows no supervisor of "
-            f"{outputs.campaign_cells} in order; re-materialize worker_sessions"
-        )
-    yield from iter_jsonl(outputs.proposer_transcripts)
+def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    """(the line as stored, the line parsed) of a stage file of ledger lines."""
+    with open(path, "rb") as handle:
+        for raw in handle:
+            yield raw, orjson.loads(raw)
 
 
 def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
-    """Validate every line and write the round's ledger atomically; returns its counters."""
+    """Assemble the round's ledger from the stage files, atomically; returns its counters.
+
+    Every line was validated by the stage that wrote it; here they are merged in ledger
+    order (each supervisor, then its workers; then the proposers), worker and proposer lines
+    copied as stored, so the file is the same the one-process backfill writes.
+    """
     stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
-    with LedgerWriter(outputs.ledger) as writer:
-        for line in _ledger_lines(outputs):
-            writer.write(line)
+    workers = _encoded_lines(outputs.worker_sessions)
+    pending = next(workers, None)
+    with AtomicJsonlWriter(outputs.ledger) as writer:
+        for row in read_cell_rows(outputs):
+            supervisor = row.supervisor
+            writer.write(supervisor)
+            stats.observe(supervisor)
+            while pending is not None and pending[1]["parent_rollout_id"] == supervisor["rollout_id"]:
+                writer.write_encoded(pending[0])
+                stats.observe(pending[1])
+                pending = next(workers, None)
+        if pending is not None:
+            raise StageMismatchError(
+                f"{outputs.worker_sessions}: worker line {pending[1]['rollout_id']} follows no supervisor of "
+                f"{outputs.campaign_cells} in order; re-materialize worker_sessions"
+            )
+        for raw, line in _encoded_lines(outputs.proposer_transcripts):
+            writer.write_encoded(raw)
             stats.observe(line)
     return stats
 

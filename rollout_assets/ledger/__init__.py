@@ -20,6 +20,7 @@ from rollout_assets.ledger.io import (
     read_ledger,
     read_ledger_dicts,
     serialize_line,
+    validate_line,
     write_ledger,
 )
 from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, ChatMessage, RolloutLine, rollout_json_schema
@@ -38,5 +39,6 @@ __all__ = [
     "read_ledger_dicts",
     "rollout_json_schema",
     "serialize_line",
+    "validate_line",
     "write_ledger",
 ]

@@ -41,6 +41,11 @@ def _rollout_id_of(line: Any) -> str:
     return "<no rollout_id>"
 
 
+def validate_line(line: dict[str, Any]) -> None:
+    """Raise LedgerValidationError, naming the rollout, unless `line` is a valid tangle.rollout.v1 line."""
+    _validate(line)
+
+
 def _validate(line: dict[str, Any]) -> None:
     try:
         RolloutLine.model_validate(line)
@@ -175,6 +180,13 @@ class AtomicJsonlWriter:
         if self._file is None:
             raise RuntimeError(f"{type(self).__name__}.write called outside its `with` block")
         self._file.write(self.encode(record))
+        self.count += 1
+
+    def write_encoded(self, encoded: bytes) -> None:
+        """Append one line already encoded by this writer's `encode` (newline included)."""
+        if self._file is None:
+            raise RuntimeError(f"{type(self).__name__}.write_encoded called outside its `with` block")
+        self._file.write(encoded)
         self.count += 1
 
     def append_file(self, path: StrPath, lines: int) -> None:
