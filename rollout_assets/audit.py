@@ -23,6 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from rollout_assets.ledger.schema import RolloutLine
+from rollout_assets.sources.jsonfiles import MAX_NESTING  # the rule, not the reader
 
 SAMPLE_SIZE = 10
 
@@ -59,8 +60,21 @@ def _loads(raw: bytes) -> Any:
 
 
 def _input_json(raw: bytes) -> Any:
-    """Input files are read as the seed reads them: UTF-8 with replacement, NaN/Infinity refused."""
-    return _loads(raw)
+    """Input files are read as the seed reads them: UTF-8 with replacement, NaN/Infinity refused;
+    and, as the readers do, a document nested deeper than MAX_NESTING levels is unreadable."""
+    try:
+        value = _loads(raw)
+    except RecursionError as error:
+        raise ValueError("nested too deeply") from error
+    depths = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while depths:
+        item, depth = depths.pop()
+        if depth > MAX_NESTING:
+            raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                depths.append((child, depth + 1))
+    return value
 
 
 class MalformedLedgerLine(ValueError):

@@ -52,3 +52,9 @@ defs = Definitions(
     resources=build_resources(),
     executor=executor,
 )
+
+
+def materialize_round_job():
+    """The `materialize_round` job, for `reconstructable()`: a run on the multiprocess executor
+    must be able to import its job definition again in each step process."""
+    return defs.resolve_job_def("materialize_round")

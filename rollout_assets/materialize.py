@@ -1,5 +1,6 @@
-"""`rollout-assets materialize`: run `materialize_round` for rounds, in this process, on the
-Dagster instance at $DAGSTER_HOME, and print what each round produced.
+"""`rollout-assets materialize`: run `materialize_round` for rounds on the Dagster instance at
+$DAGSTER_HOME (steps on the job's multiprocess executor), then `materialize_summary`, and print
+what each round produced.
 
 The same definitions, resources and checks as `dagster dev`; the runs and their check
 results land in the instance, so the UI shows them afterwards.
@@ -9,8 +10,11 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from dagster import DagsterInstance, PreviewWarning
+from dagster import DagsterInstance, PreviewWarning, execute_job, reconstructable
 
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
@@ -23,6 +27,49 @@ _QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 class _PrintLog:
     def warning(self, message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
+
+
+@contextmanager
+def _run_round(instance: DagsterInstance, key: str) -> Iterator[Any]:
+    """One run of `materialize_round` for a round. On a persistent instance the steps run on
+    the job's multiprocess executor (independent steps and checks in parallel, as under
+    `dagster dev`); a temporary instance can only run them in this process."""
+    from rollout_assets.definitions import defs, materialize_round_job
+
+    if instance.is_ephemeral:
+        yield defs.resolve_job_def("materialize_round").execute_in_process(
+            partition_key=key, instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
+        )
+        return
+    with execute_job(
+        reconstructable(materialize_round_job),
+        instance=instance,
+        tags={"dagster/partition": key},
+        run_config=_QUIET_CONSOLE,
+        raise_on_error=False,
+    ) as result:
+        yield result
+
+
+def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
+    """Print a round's stats, check results and ledger path; True when the run succeeded."""
+    outputs = ledger_root.outputs(key)
+    print(f"\n=== round {key}: {'succeeded' if result.success else 'FAILED'} (run {result.run_id})")
+    if outputs.stats.is_file() and result.success:
+        print(json.dumps(json.loads(outputs.stats.read_text()), indent=2))
+    for evaluation in sorted(result.get_asset_check_evaluations(), key=lambda e: e.check_name):
+        if evaluation.passed:
+            verdict = "passed"
+        elif evaluation.severity.value == "WARN":
+            verdict = "warning (non-blocking)"
+        else:
+            verdict = "FAILED"
+        print(f"  check {evaluation.check_name}: {verdict}")
+    for event in result.all_events:
+        if event.is_step_failure:
+            print(f"  step {event.step_key} failed: {event.event_specific_data.error.message.strip()}")
+    print(f"  ledger: {outputs.ledger}")
+    return result.success
 
 
 def materialize_rounds(round_keys: list[str]) -> int:
@@ -49,29 +96,10 @@ def materialize_rounds(round_keys: list[str]) -> int:
         print(f"no rounds under {rounds_root.path} (set ROLLOUT_ROUNDS_ROOT)", file=sys.stderr)
         return 1
     instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, keys)
-    job = defs.resolve_job_def("materialize_round")
     failed = 0
     for key in keys:
-        result = job.execute_in_process(
-            partition_key=key, instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
-        )
-        outputs = ledger_root.outputs(key)
-        print(f"\n=== round {key}: {'succeeded' if result.success else 'FAILED'} (run {result.run_id})")
-        if outputs.stats.is_file() and result.success:
-            print(json.dumps(json.loads(outputs.stats.read_text()), indent=2))
-        for evaluation in sorted(result.get_asset_check_evaluations(), key=lambda e: e.check_name):
-            if evaluation.passed:
-                verdict = "passed"
-            elif evaluation.severity.value == "WARN":
-                verdict = "warning (non-blocking)"
-            else:
-                verdict = "FAILED"
-            print(f"  check {evaluation.check_name}: {verdict}")
-        for event in result.all_events:
-            if event.is_step_failure:
-                print(f"  step {event.step_key} failed: {event.event_specific_data.error.message.strip()}")
-        print(f"  ledger: {outputs.ledger}")
-        failed += not result.success
+        with _run_round(instance, key) as result:
+            failed += not _report_round(result, key, ledger_root)
     summary = defs.resolve_job_def("materialize_summary").execute_in_process(
         instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
     )

@@ -41,7 +41,7 @@ from rollout_assets.backfill.lines import LineContext
 from rollout_assets.backfill.parallel import CELLS_PER_UNIT, default_workers, write_units
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl, validate_line
 from rollout_assets.sources.opencode import OpencodeStore
-from rollout_assets.sources.round import RoundManifest, build_manifest, manifest_from_json
+from rollout_assets.sources.round import RoundInputError, RoundManifest, build_manifest, manifest_from_json
 
 ProgressLog = Callable[[str], None]
 
@@ -327,6 +327,9 @@ def write_proposer_transcripts(
 ) -> BackfillStats:
     """Proposer lines of every shot receipt, joined to Claude transcripts, in ledger order."""
     manifest = stored_manifest(outputs)
+    if not manifest.out_dir.is_dir():
+        # Its receipts would list as none: an empty stage, not a round without shots.
+        raise RoundInputError(f"{manifest.out_dir}: round outDir does not exist or is not a directory")
     stats = BackfillStats()
     with LedgerWriter(outputs.proposer_transcripts) as writer:
         for line in proposer_lines(manifest, line_context(manifest, captured_at), claude_projects_dir):

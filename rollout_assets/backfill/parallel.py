@@ -11,8 +11,11 @@ fork start method is used: workers inherit the manifest instead of receiving it 
 """
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import secrets
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -59,6 +62,17 @@ def _run_unit(index: int, unit: Any) -> tuple[str, int, BackfillStats]:
     return segment, lines, stats
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool initializer: the kernel kills a worker when its parent dies. A SIGKILLed backfill
+    would otherwise leave workers that go on writing segments, then wait forever on a queue."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
@@ -84,10 +98,17 @@ def write_units(
     global _TASK
     # Segments sit beside the output, named like its temp files, so a killed run's leftovers
     # are removed by the next writer of that path.
-    _TASK = _Task(produce, writer.encode, str(writer.path.parent / f".{writer.path.name}.segment-"))
+    # A token per run: no stray process of an earlier run can ever write one of these segments.
+    segment_prefix = f".{writer.path.name}.segment-{secrets.token_hex(4)}-"
+    _TASK = _Task(produce, writer.encode, str(writer.path.parent / segment_prefix))
     futures: list[Future] = []
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             futures = [pool.submit(_run_unit, index, unit) for index, unit in enumerate(units)]
             for unit, future in zip(units, futures, strict=True):
                 segment, lines, unit_stats = future.result()

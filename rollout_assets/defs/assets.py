@@ -309,7 +309,10 @@ def stats_table(stats: dict[str, Any]) -> str:
 def rollout_stats(context: AssetExecutionContext, ledger_root: LedgerRoot) -> MaterializeResult:
     """The counters of one round's ledger, per role and per gap reason."""
     key = context.partition_key
-    outputs: RoundOutputs = ledger_root.outputs(key)
+    try:
+        outputs: RoundOutputs = ledger_root.outputs(key)
+    except _ROUND_ERRORS as error:
+        raise _fail(error, key) from error
     stats = write_rollout_stats(outputs)
     as_json = stats.to_json()
     metadata: dict[str, Any] = {

@@ -8,6 +8,12 @@ Parsing is most of a backfill's work, so it goes through orjson (about 4x the st
 module here). orjson is stricter than JavaScript in three places: invalid UTF-8 bytes, lone
 surrogate escapes and integers beyond 64 bits. A document it refuses is parsed again by the
 standard module with the seed's rules, so the answer is the same, only slower.
+
+A document nested deeper than MAX_NESTING levels of arrays and objects is not read at all
+(`NotJson`), whichever parser took it: orjson reads 1,024 levels and the standard module about
+990, but neither writes back what it read that deep (orjson stops at 254 levels, the standard
+module's encoder at the interpreter's recursion limit), so a value accepted here must stay
+shallow enough for every writer and reader downstream (ledger, stage files, manifest.json).
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ class NotJson(ValueError):
     """Raised when text is not strict JSON (as JavaScript's JSON.parse sees it)."""
 
 
+# Levels of nested arrays/objects a document may have (see the module docstring).
+MAX_NESTING = 512
+
+
 def _reject_constant(name: str) -> Any:
     raise NotJson(f"{name} is not valid JSON")
 
@@ -37,17 +47,41 @@ _COMPACT_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def parse_json(text: str | bytes) -> Any:
     """Parse strict JSON. Bytes are decoded as UTF-8 with replacement, like Node's readFile(…, 'utf8')."""
     try:
-        return orjson.loads(text)
+        return _not_too_deep(orjson.loads(text), text)
     except orjson.JSONDecodeError:
         pass  # not JSON, or one of the cases where orjson is stricter than JavaScript
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     try:
-        return _STRICT_DECODER.decode(text)
+        return _not_too_deep(_STRICT_DECODER.decode(text), text)
     except NotJson:
         raise
-    except (ValueError, RecursionError) as error:
+    except RecursionError as error:
+        raise NotJson(f"nested deeper than {MAX_NESTING} levels") from error
+    except ValueError as error:
         raise NotJson(str(error)) from error
+
+
+def _not_too_deep(value: Any, text: str | bytes) -> Any:
+    """`value`, unless it nests more than MAX_NESTING arrays/objects deep (NotJson then).
+
+    A document cannot nest deeper than it has brackets, and counting them runs at memory
+    speed: only a document with more than MAX_NESTING of them is walked (iteratively).
+    """
+    if isinstance(text, bytes):
+        brackets = text.count(b"[") + text.count(b"{")
+    else:
+        brackets = text.count("[") + text.count("{")
+    if brackets <= MAX_NESTING:
+        return value
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > MAX_NESTING:
+            raise NotJson(f"nested deeper than {MAX_NESTING} levels")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return value
 
 
 def read_json_or_none(path: str | Path) -> Any:

@@ -85,6 +85,10 @@ class OpencodeStore:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
         except sqlite3.Error:
             return None
+        # SQLite stores TEXT unchecked: invalid UTF-8 in one part (a tool output cut mid
+        # character) would fail the whole session's read. Decoded with replacement instead,
+        # as the seed's JavaScript reads it.
+        connection.text_factory = _decode_text
         try:
             # The first read proves the file is a database with a session table:
             # corrupt stores exist in the wild and fail right here.
@@ -162,6 +166,10 @@ class OpencodeStore:
             elif role == "assistant":
                 chat.extend(_assistant_messages(part_records))
         return chat
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
 
 
 def _number(value: Any) -> int | float | None:
