@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -57,9 +58,16 @@ def _stop(process: subprocess.Popen, grace_s: float = 20) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class RunningDagster:
+    url: str
+    port: int
+    log: Path
+
+
 @contextmanager
-def dagster_dev(env: dict[str, str], log_path: Path, startup_timeout_s: float = 90) -> Iterator[str]:
-    """Yield the base URL of a running `dagster dev` bound to 127.0.0.1 on a free port."""
+def dagster_dev(env: dict[str, str], log_path: Path, startup_timeout_s: float = 90) -> Iterator[RunningDagster]:
+    """A running `dagster dev` bound to 127.0.0.1 on a free port, stopped on exit."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     dagster = str(Path(sys.executable).parent / "dagster")
@@ -87,7 +95,7 @@ def dagster_dev(env: dict[str, str], log_path: Path, startup_timeout_s: float = 
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"dagster dev did not answer within {startup_timeout_s} s; see {log_path}")
                 time.sleep(0.5)
-            yield url
+            yield RunningDagster(url, port, log_path)
         finally:
             _stop(process)
     deadline = time.monotonic() + 15

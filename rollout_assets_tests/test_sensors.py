@@ -13,12 +13,8 @@ import json
 import logging
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +40,7 @@ from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import RoundsRoot
 from rollout_assets.defs.sensors import RoundDiscovery, fingerprint_round, round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
+from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
 from rollout_assets_tests.dagster_rounds import CHECK_NAMES, ROUND, ROUND_SPEC, SMALL_SPEC, write_rounds
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -442,28 +439,6 @@ def test_evaluate_tick_resolves_job_tags_and_partition_requests(demo: DemoLayout
 # ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _default_signals() -> None:
-    # Started from a non-interactive shell the child inherits SIGINT ignored, and `dagster dev`
-    # then ignores SIGTERM too (it maps SIGTERM onto its SIGINT handling).
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _wait_for(what: str, predicate: Any, timeout: float, log: Path, interval: float = 1.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -475,41 +450,8 @@ def _wait_for(what: str, predicate: Any, timeout: float, log: Path, interval: fl
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; dagster dev log tail:\n{tail}")
 
 
-def _server_up(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as response:
-            return response.status == 200 and "dagster_webserver_version" in json.loads(response.read())
-    except OSError:
-        return False
-
-
-def _stop_group(process: subprocess.Popen, grace: float = 30.0) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:  # the group's other members (daemon, code server, runs)
-        try:
-            os.killpg(process.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=10)
-
-
 @dataclass
 class DagsterDev:
-    process: subprocess.Popen
-    port: int
     home: Path
     log: Path
 
@@ -534,25 +476,9 @@ def dagster_dev(tmp_path: Path) -> Iterator[tuple[DagsterDev, Path, Path]]:
         ROLLOUT_QUIET_PERIOD_SECONDS="0",
         ROLLOUT_SENSOR_INTERVAL_SECONDS="5",
     )
-    port = _free_port()
     log = tmp_path / "dagster-dev.log"
-    with open(log, "wb") as output:
-        process = subprocess.Popen(
-            [str(VENV_BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-            cwd=PROJECT_DIR,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_default_signals,  # noqa: PLW1509 - no threads started yet; signals must be reset
-        )
-    server = DagsterDev(process, port, home, log)
-    try:
-        _wait_for("/server_info", lambda: process.poll() is None and _server_up(port), 60, log)
-        yield server, rounds_root, ledger_root
-    finally:
-        _stop_group(process)
-        assert _port_is_free(port), f"port {port} still taken after stopping dagster dev"
+    with running_dagster_dev(env, log):
+        yield DagsterDev(home, log), rounds_root, ledger_root
 
 
 def _sensor_runs(instance: DagsterInstance) -> list[Any]:

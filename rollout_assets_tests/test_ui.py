@@ -93,7 +93,8 @@ def test_the_ui_shows_lineage_a_materialized_round_and_passed_checks(materialize
     from playwright.sync_api import expect, sync_playwright
 
     assert CHROMIUM.exists(), "Chromium is missing: apt-get install chromium (scripts/system-deps.sh does)"
-    with dagster_dev(materialized_instance, tmp_path / "dagster-dev.log") as url, sync_playwright() as playwright:
+    with dagster_dev(materialized_instance, tmp_path / "dagster-dev.log") as server, sync_playwright() as playwright:
+        url = server.url
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             context = browser.new_context(viewport={"width": 2400, "height": 1300})

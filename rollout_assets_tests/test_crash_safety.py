@@ -1,0 +1,89 @@
+"""A backfill killed with SIGKILL while it writes leaves the previous ledger intact, and the
+next run cleans up after it and completes. Real processes, a real multi-second round."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rollout_assets.demo import DemoLayout
+from rollout_assets.ledger import read_ledger_dicts
+from rollout_assets_tests.ledger_processes import (
+    OLD_LEDGER,
+    backfill_command,
+    ledger_line_count,
+    lock_file,
+    processes_mentioning,
+    start_backfill,
+    temp_files,
+    wait_for,
+    write_big_round,
+)
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    return write_big_round(tmp_path_factory.mktemp("big"))
+
+
+def test_sigkill_while_writing_keeps_the_previous_ledger_and_the_next_run_completes(
+    big: DemoLayout, tmp_path: Path
+) -> None:
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir()
+    ledger = ledgers / "out.jsonl"
+    ledger.write_bytes(OLD_LEDGER)
+
+    process = start_backfill(big, ledger, tmp_path / "killed.stdout")
+    try:
+        seen: dict[str, int] = {}
+
+        def a_temp_file_grows() -> bool:
+            nonlocal seen
+            now = temp_files(ledger)
+            grew = any(name in seen and size > seen[name] for name, size in now.items())
+            seen = now
+            return grew
+
+        wait_for(a_temp_file_grows, "a growing .out.jsonl.*.tmp file")
+        assert process.poll() is None, "the backfill ended before it could be killed mid-write"
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+
+        # The previous ledger is byte-identical; the killed writer's temp file(s) are left.
+        assert ledger.read_bytes() == OLD_LEDGER
+        left = temp_files(ledger)
+        assert left, "a killed writer leaves its temp file behind"
+        # Nothing of the killed backfill lives on (its forked workers die with it) or writes on.
+        time.sleep(0.5)
+        assert processes_mentioning(str(ledger)) == []
+        assert temp_files(ledger) == left
+        assert ledger.read_bytes() == OLD_LEDGER
+    finally:
+        for pid in processes_mentioning(str(ledger)):  # only processes this test started
+            os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    rerun = subprocess.run(backfill_command(big, ledger), capture_output=True, text=True, timeout=300, check=False)
+
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Traceback" not in rerun.stderr
+    stats_text, summary = rerun.stdout.rsplit("\nrollout ledger → ", 1)
+    stats = json.loads(stats_text)
+    assert summary == f"{ledger} ({stats['lines']} lines)\n"
+    # No temp file, no segment and no lock file remain: only the ledger.
+    assert temp_files(ledger) == {}
+    assert not lock_file(ledger).exists()
+    assert sorted(os.listdir(ledgers)) == ["out.jsonl"]
+    # The ledger is complete: every line valid, as many as its stats count, all roles there.
+    assert ledger_line_count(ledger) == stats["lines"] == sum(stats["byRole"].values())
+    assert sum(1 for _ in read_ledger_dicts(ledger)) == stats["lines"]
+    assert stats["byRole"]["supervisor"] == 816
