@@ -1,0 +1,178 @@
+"""The cross-round overview, misconfiguration messages, and progress reporting."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dagster import instance_for_test, materialize
+
+from rollout_assets.defs.summary import rounds_summary
+from rollout_assets.summary import SUMMARY_COLUMNS, build_rounds_summary, markdown_table
+from rollout_assets_tests.dagster_rounds import (
+    ALL_ROUND_DEFS,
+    ROUND_SPEC,
+    SMALL_SPEC,
+    materialize_round,
+    metadata_values,
+    read_jsonl,
+    round_resources,
+    step_failures,
+    write_rounds,
+)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory):
+    return write_rounds(tmp_path_factory.mktemp("summary"), (ROUND_SPEC, SMALL_SPEC))
+
+
+def test_rounds_summary_has_one_row_per_round_recounted_from_each_ledger(demo, tmp_path: Path) -> None:
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(demo, ledger_root)
+    with instance_for_test() as instance:
+        for spec in (ROUND_SPEC, SMALL_SPEC):
+            assert materialize_round(instance, resources, spec.name).success
+        result = materialize([*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key],
+                             instance=instance, resources=resources)
+    assert result.success
+    frame = pd.read_parquet(ledger_root / "rounds-summary.parquet")
+    assert list(frame.columns) == SUMMARY_COLUMNS
+    assert list(frame["round"]) == [ROUND_SPEC.name, SMALL_SPEC.name]
+    for row in frame.itertuples(index=False):
+        lines = read_jsonl(ledger_root / row.round / "rollout-ledger.jsonl")
+        assert row.lines == len(lines)
+        assert row.lines_worker == sum(line["role"] == "worker" for line in lines)
+        assert row.gap_rate == pytest.approx(sum(not line["messages"] for line in lines) / len(lines))
+        assert row.reward_labeled_share == pytest.approx(
+            sum(line["outcome"]["reward"] is not None for line in lines) / len(lines)
+        )
+        supervisor_rewards = [
+            line["outcome"]["reward"] for line in lines
+            if line["role"] == "supervisor" and line["outcome"]["reward"] is not None
+        ]
+        assert row.mean_reward_supervisor == pytest.approx(sum(supervisor_rewards) / len(supervisor_rewards))
+        receipts = [
+            line["cost"]["usd"] for line in lines
+            if line["role"] in ("supervisor", "proposer") and line["cost"]["usd"] is not None
+        ]
+        assert row.cost_usd == pytest.approx(sum(receipts))
+        assert bool(row.opencode_db_available) is True
+    metadata = metadata_values(result.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert metadata["rounds"] == 2
+    assert metadata["lines"] == int(frame["lines"].sum())
+    assert metadata["summary"].startswith("| round | lines |")
+
+
+def test_a_round_without_stats_is_left_out_and_reported(tmp_path: Path) -> None:
+    from rollout_assets.stages import RoundOutputs
+
+    stats = {"lines": 4, "byRole": {"supervisor": 2, "worker": 2}, "gapLines": 2, "rewardLabeled": 0,
+             "opencodeDbAvailable": False, "rewardByRole": {}, "costUsdByRole": {}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "rollout-stats.json").write_text(json.dumps(stats))
+    frame, skipped = build_rounds_summary([("a", RoundOutputs(tmp_path / "a")), ("b", RoundOutputs(tmp_path / "b"))])
+    assert skipped == ["b"]
+    assert frame.to_dict("records")[0]["gap_rate"] == 0.5
+    assert frame.to_dict("records")[0]["mean_reward_worker"] is None
+    assert frame.to_dict("records")[0]["cost_usd"] is None  # unrecorded cost is not 0
+    assert markdown_table(frame).splitlines()[2].startswith("| a | 4 | 2 | 2 | 0 | 2 | 0.500 | 0.000 | — |")
+
+
+# ---------------------------------------------------------------------------
+# Misconfiguration: one sentence that says what to set
+# ---------------------------------------------------------------------------
+
+
+def test_missing_rounds_root_says_to_set_rollout_rounds_root(demo, tmp_path: Path) -> None:
+    resources = round_resources(demo, tmp_path / "ledgers", rounds_root=tmp_path / "no-such-root")
+    with instance_for_test() as instance:
+        result = materialize_round(instance, resources)
+    failure = step_failures(result)["round_manifest"]
+    assert failure == (
+        f"rounds root {tmp_path / 'no-such-root'} does not exist: set ROLLOUT_ROUNDS_ROOT to the folder holding "
+        "round outDirs"
+    )
+
+
+def test_unwritable_ledger_root_says_to_set_rollout_ledger_root(demo, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    resources = round_resources(demo, blocker / "ledgers")
+    with instance_for_test() as instance:
+        result = materialize_round(instance, resources)
+    failure = step_failures(result)["round_manifest"]
+    assert failure.startswith(f"ledger root {blocker / 'ledgers'} is not writable (")
+    assert failure.endswith("set ROLLOUT_LEDGER_ROOT to a folder this process may write")
+
+
+def test_missing_claude_projects_folder_gives_gap_lines_and_a_warning_naming_the_variable(demo, tmp_path: Path) -> None:
+    from rollout_assets.defs.resources import ClaudeProjects
+
+    resources = round_resources(demo, tmp_path / "ledgers")
+    resources["claude"] = ClaudeProjects(projects_dir=str(tmp_path / "no-claude"))
+    with instance_for_test() as instance:
+        result = materialize_round(instance, resources)
+        warnings = [
+            entry.user_message for entry in instance.all_logs(result.run_id)
+            if entry.level >= 30 and "CLAUDE_PROJECTS_DIR" in entry.user_message
+        ]
+    assert result.success
+    assert warnings == [
+        (f"Claude projects folder {tmp_path / 'no-claude'} does not exist: proposer shots become labeled gap lines; "
+        "set CLAUDE_PROJECTS_DIR to the folder that holds the transcripts")
+    ]
+    metadata = metadata_values(result.asset_materializations_for_node("proposer_transcripts")[0].metadata)
+    assert metadata["claude_projects_available"] is False
+    assert metadata["shots_joined"] == 0
+
+
+def test_missing_opencode_database_warns_naming_the_variable(demo, tmp_path: Path) -> None:
+    resources = round_resources(demo, tmp_path / "ledgers", opencode_db=tmp_path / "no.db")
+    with instance_for_test() as instance:
+        result = materialize_round(instance, resources)
+        messages = [entry.user_message for entry in instance.all_logs(result.run_id) if entry.level >= 30]
+    assert result.success
+    assert (
+        f"opencode database {tmp_path / 'no.db'} does not exist: worker sessions become labeled gap lines; "
+        "set OPENCODE_DB to the opencode.db that holds them"
+    ) in messages
+
+
+# ---------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------
+
+
+def test_runs_log_progress_per_candidate(demo, tmp_path: Path) -> None:
+    with instance_for_test() as instance:
+        result = materialize_round(instance, round_resources(demo, tmp_path / "ledgers"))
+        messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    candidates = ["baseline", "gen0-cand0", "gen0-cand1", "gen1-cand0", "gen1-cand1"]
+    assert [m for m in messages if m.startswith("campaign_cells: candidate ")] == [
+        f"campaign_cells: candidate {c} done ({n} lines)" for c, n in zip(candidates, [6, 6, 6, 6, 6], strict=True)
+    ]
+    assert sorted(m for m in messages if m.startswith("worker_sessions: candidate ")) == sorted(
+        f"worker_sessions: candidate {c} done" for c in candidates
+    )
+
+
+def _backfill(demo, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rollout_assets.cli", "backfill", str(demo.rounds[0]), str(tmp_path / "out.jsonl"),
+         "--opencode-db", str(demo.opencode_db), "--claude-projects", str(demo.claude_projects_dir), *extra],
+        capture_output=True, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_backfill_draws_a_progress_bar_when_asked(demo, tmp_path: Path) -> None:
+    completed = _backfill(demo, tmp_path, "--progress", "always")
+    assert completed.stderr.endswith(b"] 30/30 cells\n")
+    assert b"\r[" in completed.stderr
+
+
+def test_backfill_draws_no_progress_bar_when_stderr_is_not_a_terminal(demo, tmp_path: Path) -> None:
+    assert _backfill(demo, tmp_path).stderr == b""
