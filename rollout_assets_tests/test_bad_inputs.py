@@ -774,14 +774,30 @@ def test_part_nested_1000_deep_is_skipped_instead_of_crashing_the_writer(rnd: Ro
 # -- a 50 MB tool output -------------------------------------------------------------
 
 BIG_OUTPUT_BYTES = 50 * 1024 * 1024
-# Peak RSS bound of the whole `rollout-assets backfill` (os.wait4 reports the largest of the
-# process and its forked workers). Measured here: 78 MiB for this round without the big part,
-# 333 MiB with it, i.e. the 50 MiB output exists about five times at once while its session
-# is read and written: SQLite's temp B-tree for `ORDER BY p.id`, SQLite's value buffer, the
-# row's bytes, the parsed string, the encoded ledger line. 400 MiB = the baseline plus six
-# copies: 67 MiB of room today; two more copies fail it, and one more was already seen to
-# (a first fix for invalid UTF-8 that decoded each row to str before parsing: 383-434 MiB).
+# Peak RSS bound of the whole `rollout-assets backfill`: os.wait4 reports the largest RSS of
+# the process and its forked workers. Measured here: 34 MiB for this round without the big
+# part, 332 MiB with it, i.e. the 50 MiB output exists about six times at once while its
+# session is read and written (SQLite's temp B-tree for `ORDER BY p.id` and its value buffer,
+# the row's bytes, the parsed string, the encoded ledger line and its growing buffer).
+# 400 MiB = that, plus room for a little more than one copy: a change that holds two more
+# copies for good (the transcript turned into models, the round's lines collected in a list)
+# fails it.
 PEAK_RSS_BOUND_MIB = 400
+# Linux carries the high-water RSS of the address space a process replaces across execve
+# into its ru_maxrss: a child of pytest (hundreds of MiB by then) reports at least pytest's
+# RSS. So a tiny interpreter (`-S`: no site packages) forks and execs the backfill and reads
+# its rusage with os.wait4.
+RSS_PROBE = textwrap.dedent(
+    """
+    import os, sys
+    pid = os.fork()
+    if pid == 0:
+        os.execv(sys.argv[2], sys.argv[2:])
+    _, status, usage = os.wait4(pid, 0)
+    with open(sys.argv[1], "w") as out:
+        out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+    """
+)
 
 
 def big_output() -> str:
@@ -799,28 +815,30 @@ def test_50_mb_tool_output_is_kept_whole_within_bounded_memory(rnd: Round, tmp_p
     digest = hashlib.sha256(output.encode()).hexdigest()
     del output, part["state"]["output"]
 
-    stdout = tmp_path / "stdout.txt"
+    stdout, measured = tmp_path / "stdout.txt", tmp_path / "rusage.txt"
+    command = [
+        str(Path(sys.executable).parent / "rollout-assets"),
+        "backfill",
+        str(rnd.out_dir),
+        str(rnd.ledger),
+        "--opencode-db",
+        str(rnd.db),
+        "--claude-projects",
+        str(rnd.claude),
+    ]
     with open(stdout, "wb") as sink:
-        process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "rollout-assets"),
-                "backfill",
-                str(rnd.out_dir),
-                str(rnd.ledger),
-                "--opencode-db",
-                str(rnd.db),
-                "--claude-projects",
-                str(rnd.claude),
-            ],
+        probe = subprocess.run(
+            [sys.executable, "-S", "-c", RSS_PROBE, str(measured), *command],
             stdout=sink,
             stderr=subprocess.PIPE,
+            timeout=300,
+            check=False,
         )
-        _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    stderr = process.stderr.read().decode() if process.stderr else ""
-    peak_mib = usage.ru_maxrss / 1024  # Linux reports KiB
+    assert probe.returncode == 0, probe.stderr
+    exit_code, max_rss_kib = map(int, measured.read_text().split())
+    peak_mib = max_rss_kib / 1024  # Linux reports KiB
 
-    after = backfilled(subprocess.CompletedProcess([], process.returncode, stdout.read_text(), stderr), rnd)
+    after = backfilled(subprocess.CompletedProcess(command, exit_code, stdout.read_text(), probe.stderr.decode()), rnd)
     assert peak_mib < PEAK_RSS_BOUND_MIB, f"peak RSS {peak_mib:.0f} MiB"
     changed = changed_lines(rnd.before, after)
     assert set(changed) == {worker["rollout_id"]}

@@ -85,9 +85,10 @@ class OpencodeStore:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
         except sqlite3.Error:
             return None
-        # SQLite stores TEXT unchecked: invalid UTF-8 in one part (a tool output cut mid
+        # SQLite stores TEXT unchecked: invalid UTF-8 in one value (a tool output cut mid
         # character) would fail the whole session's read. Decoded with replacement instead,
-        # as the seed's JavaScript reads it.
+        # as the seed's JavaScript reads it. (The JSON `data` columns are read as bytes, which
+        # the JSON parser decodes the same way without a second copy of a huge part.)
         connection.text_factory = _decode_text
         try:
             # The first read proves the file is a database with a session table:
@@ -143,11 +144,12 @@ class OpencodeStore:
         """
         try:
             messages = self._connection.execute(
-                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id", (session_id,)
+                "SELECT id, CAST(data AS BLOB) FROM message WHERE session_id = ? ORDER BY time_created, id",
+                (session_id,),
             ).fetchall()
             parts: dict[Any, list[Any]] = {}
             for message_id, data in self._connection.execute(
-                "SELECT p.message_id, p.data FROM part AS p JOIN message AS m ON m.id = p.message_id "
+                "SELECT p.message_id, CAST(p.data AS BLOB) FROM part AS p JOIN message AS m ON m.id = p.message_id "
                 "WHERE m.session_id = ? ORDER BY p.id",
                 (session_id,),
             ):
