@@ -24,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,20 +45,60 @@ class Measured:
     stdout: str
 
 
+def _tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants (KiB), from /proc."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/status") as status:
+                total += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                stack += [int(child) for child in children.read().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+    return total
+
+
+class TreeMemorySampler(threading.Thread):
+    """Samples the summed RSS of a process tree every 20 ms; `peak_kib` is the highest sum seen.
+
+    A worker pool's memory is the sum of its processes, which no single process's
+    ru_maxrss shows."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak_kib, self._stop_event = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.peak_kib = max(self.peak_kib, _tree_rss_kib(self.pid))
+            self._stop_event.wait(0.02)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
 def measure_with_rusage(command: list[str], env: dict[str, str] | None = None) -> Measured:
-    """Run `command`; its wall time, and its own CPU time and peak RSS (os.wait4)."""
+    """Run `command`; its wall time, CPU time (with its children's) and the peak of its
+    whole process tree's resident memory."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=PROJECT
     )
+    sampler = TreeMemorySampler(process.pid)
+    sampler.start()
     assert process.stdout is not None
     stdout = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
+    sampler.stop()
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed with exit code {process.returncode}")
-    return Measured(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout.decode())
+    peak_mib = max(sampler.peak_kib, usage.ru_maxrss) / 1024
+    return Measured(wall, usage.ru_utime + usage.ru_stime, peak_mib, stdout.decode())
 
 
 def input_bytes(*paths: Path) -> int:

@@ -25,7 +25,7 @@ from rollout_assets.sources.jsonfiles import (
     to_json_text,
 )
 from rollout_assets.sources.opencode import OpencodeSession
-from rollout_assets.sources.round import CampaignEntry, CellRecord, ShotReceiptFile, candidate_id
+from rollout_assets.sources.round import CampaignEntry, CellRecord, ShotReceiptFile, artifact_of, candidate_id
 
 OFFICIAL_JUDGE = "swe-arena-official-judge"
 CELL_SUITE = "swe-bench-verified"
@@ -98,21 +98,21 @@ def split_model_ref(ref: Any) -> tuple[str | None, str | None]:
     return (provider, model) if slash else (None, ref)
 
 
-def cell_reward(cell: CellRecord) -> int | float | None:
+def cell_reward(record: dict[str, Any]) -> int | float | None:
     """The official judge's composite, else 1/0 from a boolean `resolved`, else None (no verdict)."""
-    judge_scores = cell.record.get("judgeScores")
+    judge_scores = record.get("judgeScores")
     official = judge_scores.get(OFFICIAL_JUDGE) if is_record(judge_scores) else None
     composite = official.get("composite") if is_record(official) else None
     if is_number(composite):
         return composite
-    artifact = cell.artifact
+    artifact = artifact_of(record)
     if artifact is not None and isinstance(artifact.get("resolved"), bool):
         return 1 if artifact["resolved"] else 0
     return None
 
 
-def _cell_error(cell: CellRecord) -> str | None:
-    error = cell.record.get("error")
+def _cell_error(record: dict[str, Any]) -> str | None:
+    error = record.get("error")
     if error is None:
         return None
     # The schema wants a string; a non-string error is kept as its JSON text, not dropped.
@@ -128,15 +128,16 @@ def supervisor_line(
     verdict: Any,
 ) -> dict[str, Any]:
     """One campaign cell's supervisor episode: always a gap line (the brain keeps stats only)."""
-    artifact = cell.artifact
+    record = cell.record
+    artifact = artifact_of(record)
     artifact_or_empty = artifact or {}
     run_dir = cell.run_dir
-    reward = cell_reward(cell)
-    provider, model = split_model_ref(cell.record.get("resolvedModel"))
+    reward = cell_reward(record)
+    provider, model = split_model_ref(record.get("resolvedModel"))
     result_or_empty = result or {}
     sup_status = string_or_none(result_or_empty.get("sup_status"))
     subtasks = result_or_empty.get("subtasks")
-    error = _cell_error(cell)
+    error = _cell_error(record)
     # A cell whose arm ran (runDir known) but left no readable result.json: its workers
     # existed, yet none can be listed. Say so instead of silently emitting no worker line.
     worker_list_missing = run_dir is not None and result is None
@@ -157,7 +158,7 @@ def supervisor_line(
         "workers": number_or_none(result_or_empty.get("workers")),
         "settled": number_or_none(result_or_empty.get("settled")),
         "subtasks": subtasks if isinstance(subtasks, list) else None,
-        "cached": cell.record.get("cached"),
+        "cached": record.get("cached"),
     }
     if worker_list_missing:
         metrics["worker_list_missing"] = True
@@ -170,7 +171,7 @@ def supervisor_line(
         generation=entry.generation,
         candidate_index=entry.candidate_index,
         role="supervisor",
-        task=_cell_task(cell),
+        task=_cell_task(cell, record),
         policy={
             "harness": "pi-loops",
             "harness_version": None,
@@ -191,7 +192,7 @@ def supervisor_line(
             "error": error,
         },
         cost={
-            "usd": number_or_none(cell.record.get("costUsd")),
+            "usd": number_or_none(record.get("costUsd")),
             # The brain's token split is not recorded (brain.jsonl is stats-only);
             # totals live in metrics.spent_tokens / recovered_tokens.
             "tokens_in": None,
@@ -210,12 +211,12 @@ def supervisor_line(
     )
 
 
-def _cell_task(cell: CellRecord) -> dict[str, Any]:
+def _cell_task(cell: CellRecord, record: dict[str, Any]) -> dict[str, Any]:
     return {
         "suite": CELL_SUITE,
         "instance_id": cell.scenario_id,
         "split": "search",
-        "seed": integer_or_none(cell.record.get("seed")),
+        "seed": integer_or_none(record.get("seed")),
         "rep": cell.rep,
     }
 

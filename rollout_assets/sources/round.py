@@ -54,42 +54,58 @@ def candidate_id(generation: int, candidate_index: int) -> str:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+# The numbers of a cell the manifest sums per campaign (inputs.md §2, `cost`).
+_COST_FIELDS = ("costUsd", "tokenInput", "tokenOutput", "spentUsd", "spentTokens", "wallS", "judgeWallS")
+
+
+@dataclass(frozen=True, slots=True)
 class CellRecord:
-    """One campaign cell (instance x rep x candidate), `cached-result.json` kept verbatim."""
+    """One campaign cell (instance x rep x candidate): what the manifest needs of it.
+
+    The full `cached-result.json` is not kept: a round of tens of thousands of cells would
+    hold all of them in memory. `record` reads it again when a line is built (once per cell),
+    and refuses a file that changed into another cell meanwhile.
+    """
 
     path: Path
-    record: dict[str, Any]
     scenario_id: str
     rep: int
-
-    @property
-    def artifact(self) -> dict[str, Any] | None:
-        # Normalized to record-or-None, so `artifact is not None` guards cannot be
-        # handed a string or list that passes them.
-        artifact = self.record.get("artifact")
-        return artifact if is_record(artifact) else None
-
-    @property
-    def run_dir(self) -> str | None:
-        artifact = self.artifact
-        run_dir = artifact.get("runDir") if artifact is not None else None
-        return run_dir if isinstance(run_dir, str) else None
-
-    @property
-    def commit(self) -> str | None:
-        artifact = self.artifact
-        commit = artifact.get("commit") if artifact is not None else None
-        return commit if isinstance(commit, str) else None
+    has_artifact: bool
+    run_dir: str | None
+    commit: str | None
+    # artifact.resolved verbatim (None without an artifact); `resolved` is the boolean test.
+    resolved_value: Any
+    error: Any
+    cached: bool
+    patch_path: str | None
+    costs: tuple[Any, ...]
 
     @property
     def resolved(self) -> bool:
-        artifact = self.artifact
-        return artifact is not None and artifact.get("resolved") is True
+        return self.has_artifact and self.resolved_value is True
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The cell cache verbatim, read again from disk."""
+        record = _read_cell_record(self.path)
+        if (record["scenarioId"], integer_or_none(record["rep"])) != (self.scenario_id, self.rep):
+            raise RoundInputError(f"{self.path}: cell cache changed while the round was being read")
+        return record
 
 
-def read_cell(path: Path) -> CellRecord:
-    """Read one `cached-result.json`; fail loud when it cannot be a campaign cell."""
+def artifact_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The cell's artifact, normalized to record-or-None, so `artifact is not None` guards
+    cannot be handed a string or list that passes them."""
+    artifact = record.get("artifact")
+    return artifact if is_record(artifact) else None
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _read_cell_record(path: Path) -> dict[str, Any]:
+    """Parse one `cached-result.json`; fail loud when it cannot be a campaign cell."""
     try:
         raw = path.read_bytes()
     except OSError as error:
@@ -100,16 +116,43 @@ def read_cell(path: Path) -> CellRecord:
         raise RoundInputError(f"{path}: cell cache is not valid JSON ({error})") from error
     if not is_record(record):
         raise RoundInputError(f"{path}: cell cache is not a JSON object")
-    scenario_id = record.get("scenarioId")
-    if not isinstance(scenario_id, str):
+    if not isinstance(record.get("scenarioId"), str):
         raise RoundInputError(f"{path}: cell cache has no string scenarioId")
     rep_value = record.get("rep")
     if not is_number(rep_value):
         raise RoundInputError(f"{path}: cell cache has no numeric rep")
-    rep = integer_or_none(rep_value)
-    if rep is None:
+    if integer_or_none(rep_value) is None:
         raise RoundInputError(f"{path}: cell cache rep {rep_value!r} is not a whole number")
-    return CellRecord(path=path, record=record, scenario_id=scenario_id, rep=rep)
+    return record
+
+
+def read_cell(path: Path) -> CellRecord:
+    """Read one `cached-result.json` into a CellRecord; fail loud when it cannot be a campaign cell."""
+    record = _read_cell_record(path)
+    artifact = artifact_of(record)
+    artifact_or_empty = artifact or {}
+    token_usage = record.get("tokenUsage") if is_record(record.get("tokenUsage")) else {}
+    return CellRecord(
+        path=path,
+        scenario_id=record["scenarioId"],
+        rep=integer_or_none(record["rep"]),  # type: ignore[arg-type]
+        has_artifact=artifact is not None,
+        run_dir=_string(artifact_or_empty.get("runDir")),
+        commit=_string(artifact_or_empty.get("commit")),
+        resolved_value=artifact_or_empty.get("resolved"),
+        error=record.get("error"),
+        cached=record.get("cached") is True,
+        patch_path=_string(artifact_or_empty.get("patchPath")),
+        costs=(
+            record.get("costUsd"),
+            token_usage.get("input"),
+            token_usage.get("output"),
+            artifact_or_empty.get("spentUsd"),
+            artifact_or_empty.get("spentTokens"),
+            artifact_or_empty.get("wallS"),
+            artifact_or_empty.get("judgeWallS"),
+        ),
+    )
 
 
 def _sub_directories(directory: Path) -> list[Path]:
@@ -191,12 +234,11 @@ class CampaignEntry:
 
 
 def _per_instance_row(cell: CellRecord) -> dict[str, Any]:
-    error = cell.record.get("error")
     return {
         "scenarioId": cell.scenario_id,
         "rep": cell.rep,
-        "resolved": cell.artifact.get("resolved") if cell.artifact is not None else None,
-        "error": error if isinstance(error, str) else None,
+        "resolved": cell.resolved_value,
+        "error": cell.error if isinstance(cell.error, str) else None,
         "cellPath": str(cell.path),
     }
 
@@ -340,19 +382,14 @@ def _sum_numbers(values: list[Any]) -> int | float:
 
 
 def _campaign_cost(cells: list[CellRecord], settled_calls: list[str]) -> dict[str, Any]:
-    records = [cell.record for cell in cells]
-    artifacts = [cell.artifact or {} for cell in cells]
-    token_usages = [r.get("tokenUsage") if is_record(r.get("tokenUsage")) else {} for r in records]
+    totals = {name: _sum_numbers([cell.costs[index] for cell in cells]) for index, name in enumerate(_COST_FIELDS)}
     return {
-        "costUsd": _sum_numbers([r.get("costUsd") for r in records]),
-        "tokenUsage": {
-            "input": _sum_numbers([usage.get("input") for usage in token_usages]),
-            "output": _sum_numbers([usage.get("output") for usage in token_usages]),
-        },
-        "spentUsd": _sum_numbers([a.get("spentUsd") for a in artifacts]),
-        "spentTokens": _sum_numbers([a.get("spentTokens") for a in artifacts]),
-        "wallS": _sum_numbers([a.get("wallS") for a in artifacts]),
-        "judgeWallS": _sum_numbers([a.get("judgeWallS") for a in artifacts]),
+        "costUsd": totals["costUsd"],
+        "tokenUsage": {"input": totals["tokenInput"], "output": totals["tokenOutput"]},
+        "spentUsd": totals["spentUsd"],
+        "spentTokens": totals["spentTokens"],
+        "wallS": totals["wallS"],
+        "judgeWallS": totals["judgeWallS"],
         "settledCallIds": settled_calls,
     }
 
@@ -360,14 +397,12 @@ def _campaign_cost(cells: list[CellRecord], settled_calls: list[str]) -> dict[st
 def _artifact_paths(cells: list[CellRecord]) -> list[str]:
     paths: list[str] = []
     for cell in cells:
-        run_dir = cell.run_dir
-        if run_dir is not None:
+        if cell.run_dir is not None:
             for name in ("result.json", "judge.json"):
-                if os.path.isfile(os.path.join(run_dir, name)):
-                    paths.append(os.path.join(run_dir, name))
-        patch_path = cell.artifact.get("patchPath") if cell.artifact is not None else None
-        if isinstance(patch_path, str) and os.path.isfile(patch_path):
-            paths.append(patch_path)
+                if os.path.isfile(os.path.join(cell.run_dir, name)):
+                    paths.append(os.path.join(cell.run_dir, name))
+        if cell.patch_path is not None and os.path.isfile(cell.patch_path):
+            paths.append(cell.patch_path)
     return paths
 
 
@@ -446,7 +481,7 @@ def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
                 else _receipts_of(receipt_names, generation, candidate_index),
                 reps=reps,
                 resolved_count=_resolved_count(cells, reps),
-                cells_cached=sum(1 for cell in cells if cell.record.get("cached") is True),
+                cells_cached=sum(1 for cell in cells if cell.cached),
                 cost=_campaign_cost(cells, settled),
                 artifact_paths=_artifact_paths(cells),
             )
