@@ -45,14 +45,17 @@ class Measured:
     stdout: str
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and all its descendants (KiB), from /proc."""
+def _tree_pss_kib(pid: int) -> int:
+    """Proportional set size of a process and all its descendants (KiB), from /proc.
+
+    PSS, not RSS: forked workers share their parent's pages, and summing RSS would count
+    those pages once per process."""
     total, stack = 0, [pid]
     while stack:
         current = stack.pop()
         try:
-            with open(f"/proc/{current}/status") as status:
-                total += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{current}/smaps_rollup") as rollup:
+                total += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
             with open(f"/proc/{current}/task/{current}/children") as children:
                 stack += [int(child) for child in children.read().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError):
@@ -61,7 +64,7 @@ def _tree_rss_kib(pid: int) -> int:
 
 
 class TreeMemorySampler(threading.Thread):
-    """Samples the summed RSS of a process tree every 20 ms; `peak_kib` is the highest sum seen.
+    """Samples the summed PSS of a process tree every 20 ms; `peak_kib` is the highest sum seen.
 
     A worker pool's memory is the sum of its processes, which no single process's
     ru_maxrss shows."""
@@ -72,7 +75,7 @@ class TreeMemorySampler(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            self.peak_kib = max(self.peak_kib, _tree_rss_kib(self.pid))
+            self.peak_kib = max(self.peak_kib, _tree_pss_kib(self.pid))
             self._stop_event.wait(0.02)
 
     def stop(self) -> None:
@@ -82,7 +85,7 @@ class TreeMemorySampler(threading.Thread):
 
 def measure_with_rusage(command: list[str], env: dict[str, str] | None = None) -> Measured:
     """Run `command`; its wall time, CPU time (with its children's) and the peak of its
-    whole process tree's resident memory."""
+    whole process tree's memory (PSS)."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=PROJECT
@@ -97,7 +100,7 @@ def measure_with_rusage(command: list[str], env: dict[str, str] | None = None) -
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed with exit code {process.returncode}")
-    peak_mib = max(sampler.peak_kib, usage.ru_maxrss) / 1024
+    peak_mib = sampler.peak_kib / 1024
     return Measured(wall, usage.ru_utime + usage.ru_stime, peak_mib, stdout.decode())
 
 
@@ -195,7 +198,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         f"on {time.strftime('%Y-%m-%d')}. Each figure comes from one run of the script, all on the same files.",
         "",
         ("| scale | cells | worker sessions | lines | inputs MiB | parse floor s | backfill s (CPU s) | backfill / floor "
-        "| backfill peak MiB | Dagster s | Dagster / backfill | Dagster peak MiB |"),
+        "| backfill peak MiB (PSS, all processes) | Dagster s | Dagster / backfill | Dagster peak MiB (PSS) |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
