@@ -11,6 +11,7 @@ fork start method is used: workers inherit the manifest instead of receiving it 
 """
 
 import contextlib
+import gc
 import ctypes
 import multiprocessing
 import os
@@ -103,6 +104,9 @@ def write_units(
     _TASK = _Task(produce, writer.encode, str(writer.path.parent / segment_prefix))
     futures: list[Future] = []
     try:
+        # Objects that exist now are shared with the workers copy-on-write; freezing them keeps
+        # the workers' garbage collector from touching (and so copying) every page of them.
+        gc.freeze()
         with ProcessPoolExecutor(
             max_workers=workers,
             mp_context=multiprocessing.get_context("fork"),
@@ -118,6 +122,7 @@ def write_units(
                 if on_unit_done is not None:
                     on_unit_done(unit)
     finally:
+        gc.unfreeze()
         _TASK = None
         for future in futures:
             future.cancel()
