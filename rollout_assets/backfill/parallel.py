@@ -11,8 +11,8 @@ fork start method is used: workers inherit the manifest instead of receiving it 
 """
 
 import contextlib
-import gc
 import ctypes
+import gc
 import multiprocessing
 import os
 import secrets

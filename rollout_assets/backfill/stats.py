@@ -140,6 +140,3 @@ class BackfillStats:
             },
         }
 
-    def mean_reward(self, role: str) -> float | None:
-        labeled = self.reward_labeled_by_role.get(role, 0)
-        return self.reward_sum_by_role[role] / labeled if labeled else None

@@ -3,7 +3,6 @@
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,13 +23,9 @@ from dagster import (
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundsRoot, is_round_dir
+from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts
 
 SENSOR_INTERVAL_SECONDS = int(os.environ.get("ROLLOUT_SENSOR_INTERVAL_SECONDS", "60"))
-
-_GEN = re.compile(r"^gen-\d+$")
-_CAND = re.compile(r"^candidate-\d+$")
-_RECEIPT = re.compile(r"^gen\d+-cand\d+-shot\d+\.json$")
-
 
 class RoundDiscovery(ConfigurableResource):
     """How the sensor waits for a round to settle before materializing it."""
@@ -71,15 +66,15 @@ def _run_dir_of(cell_cache: str, size: int, mtime_ns: int) -> str | None:
 
 
 def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
-    """(files the backfill reads, cell count, shot receipt count) of one round."""
+    """(files the backfill reads, cell count, shot receipt count) of one round.
+
+    Campaigns and receipts are found by the round reader's own rules, so the fingerprint
+    covers exactly the files the backfill will read.
+    """
     improve = out_dir / "improve-run"
     files = [improve / "loop-provenance.json", improve / "cost-ledger.jsonl"]
-    campaigns = [improve / "baseline"]
-    for generation in _listdir(improve):
-        if _GEN.match(generation):
-            campaigns += [improve / generation / c for c in _listdir(improve / generation) if _CAND.match(c)]
     cells = 0
-    for campaign in campaigns:
+    for _, _, campaign in discover_campaigns(out_dir):
         for name in _listdir(campaign):
             cache = campaign / name / "cached-result.json"
             try:
@@ -91,15 +86,9 @@ def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
             run_dir = _run_dir_of(str(cache), stat.st_size, stat.st_mtime_ns)
             if run_dir is not None:
                 files += [Path(run_dir, "result.json"), Path(run_dir, "judge.json")]
-    shots = out_dir / "proposer-shots"
-    receipts = 0
-    for name in _listdir(shots):
-        inner = [shots / name / n for n in _listdir(shots / name)] if (shots / name).is_dir() else [shots / name]
-        for receipt in inner:
-            if _RECEIPT.match(receipt.name):
-                receipts += 1
-                files.append(receipt)
-    return files, cells, receipts
+    receipts = list_shot_receipts(out_dir)
+    files += [Path(receipt.path) for receipt in receipts]
+    return files, cells, len(receipts)
 
 
 def fingerprint_round(out_dir: Path) -> RoundFingerprint:
@@ -179,7 +168,7 @@ def round_dirs_sensor(
     for key, out_dir in found.items():
         try:
             fingerprint = fingerprint_round(out_dir)
-        except OSError as error:
+        except (OSError, RoundInputError) as error:  # unreadable or vanished mid-scan
             context.log.warning(f"skipping round {key}: {error}")
             continue
         if requested.get(key) == fingerprint.digest:
