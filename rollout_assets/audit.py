@@ -1,19 +1,26 @@
 """Independent recounts that prove a ledger dropped nothing (the asset checks' logic).
 
 Each audit recounts what the round SHOULD produce straight from the inputs, by its own small
-code path (its own directory walk, its own SQL, plain `json`), and compares it with what the
-ledger holds. None of it calls the readers or the join it verifies: a check that reuses the
-code it checks cannot fail, and is worth nothing. No Dagster here either.
+code path (its own directory walk, its own SQL, its own JSON reading), and compares it with
+what the ledger holds. None of it calls the readers or the join it verifies: a check that
+reuses the code it checks cannot fail, and is worth nothing. No Dagster here either.
+
+The inputs are recounted once (`recount_inputs`) and the ledger is read once
+(`recount_ledger`: every line parsed and validated against the schema, every audit's tally
+taken in the same pass); each check's verdict is then a comparison of the two.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import multiprocessing
 import os
 import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,16 +101,6 @@ class _Line:
                 raise MalformedLedgerLine(f"{self.where}: no field {'.'.join(path)}")
             value = value[key]
         return value
-
-
-def _ledger_lines(ledger_path: Path) -> Iterator[_Line]:
-    with open(ledger_path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            where = f"{ledger_path}:{lineno}"
-            try:
-                yield _Line(_loads(raw), where)
-            except ValueError as error:
-                raise MalformedLedgerLine(f"{where}: not JSON ({error})") from error
 
 
 def _unreadable(error: MalformedLedgerLine) -> AuditResult:
@@ -190,22 +187,20 @@ def _result_json(run_dir: str | None) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------------
-# The audits
+# What the inputs say the ledger must hold: one recount per round
 # ---------------------------------------------------------------------------
 
 
-def audit_supervisors(out_dir: Path, ledger_path: Path) -> AuditResult:
-    """Every campaign cell has exactly one supervisor line."""
-    expected = Counter((c.candidate_id, c.scenario_id, c.rep) for c in walk_cells(out_dir))
-    try:
-        seen = Counter(
-            (line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))
-            for line in _ledger_lines(ledger_path)
-            if line.get("role") == "supervisor"
-        )
-    except MalformedLedgerLine as error:
-        return _unreadable(error)
-    return _compare(expected, seen)
+@dataclass
+class InputsRecount:
+    """Everything the round's inputs say the ledger must account for, read once."""
+
+    cells: Counter[tuple[str, str, int]]  # (candidate, scenario, rep): one supervisor line each
+    worker_cwds: set[str]  # every worker cwd some result.json lists
+    cells_without_worker_list: list[str]  # cells whose arm ran but whose result.json is unreadable
+    receipts: Counter[tuple[str, int]]  # (instance_id, shot): one proposer line each
+    store_readable: bool
+    session_ids: list[str]  # the opencode sessions of those cwds
 
 
 def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, list[str]]:
@@ -230,48 +225,6 @@ def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, 
         connection.close()
 
 
-def audit_workers(out_dir: Path, ledger_path: Path, opencode_db: Path) -> AuditResult:
-    """Every distinct worker cwd of any result.json has a worker line; every session of them appears once."""
-    cwds: set[str] = set()
-    for cell in walk_cells(out_dir):
-        result = _result_json(cell.run_dir)
-        recovered = result.get("recoveredSpend") if result is not None else None
-        listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
-        if isinstance(listed, list):
-            cwds.update(cwd for cwd in listed if isinstance(cwd, str))
-    store_readable, session_ids = _opencode_sessions(opencode_db, cwds)
-    seen_cwds: set[str] = set()
-    seen_sessions: Counter[str] = Counter()
-    try:
-        for line in _ledger_lines(ledger_path):
-            if line.get("role") != "worker":
-                continue
-            seen_cwds.add(line.get("outcome", "metrics", "worker_cwd"))
-            ref = line.get("artifacts", "transcript_ref")
-            if isinstance(ref, str) and ref.startswith("opencode:"):
-                seen_sessions[ref.removeprefix("opencode:")] += 1
-    except MalformedLedgerLine as error:
-        return _unreadable(error)
-    cwd_result = _compare(Counter(cwds), Counter(seen_cwds), at_least_once=True)
-    session_result = _compare(Counter(session_ids), seen_sessions)
-    return AuditResult(
-        passed=cwd_result.passed and session_result.passed,
-        expected=cwd_result.expected + session_result.expected,
-        seen=cwd_result.seen + session_result.seen,
-        missing=cwd_result.missing + session_result.missing,
-        sample=_sample([f"cwd: {s}" for s in cwd_result.sample] + [f"session: {s}" for s in session_result.sample]),
-        details={
-            "expected_cwds": cwd_result.expected,
-            "missing_cwds": cwd_result.missing,
-            "expected_sessions": session_result.expected,
-            "missing_sessions": session_result.missing,
-            "duplicated_sessions": int(session_result.details["duplicated"]),
-            "unexpected_sessions": int(session_result.details["unexpected"]),
-            "opencode_store_readable": store_readable,
-        },
-    )
-
-
 def _receipt_keys(out_dir: Path) -> Iterator[tuple[str, int]]:
     shots = out_dir / "proposer-shots"
     for name in _listdir(shots):
@@ -287,18 +240,255 @@ def _receipt_keys(out_dir: Path) -> Iterator[tuple[str, int]]:
                 yield f"gen{int(match[1])}-cand{int(match[2])}", int(match[3])
 
 
-def audit_proposers(out_dir: Path, ledger_path: Path) -> AuditResult:
+def recount_inputs(out_dir: Path, opencode_db: Path | None) -> InputsRecount:
+    """One walk of the cells (and their result.json), the receipts, and one SQL pass over the
+    store (skipped when `opencode_db` is None)."""
+    cells: Counter[tuple[str, str, int]] = Counter()
+    cwds: set[str] = set()
+    without_list: list[str] = []
+    for cell in walk_cells(out_dir):
+        cells[(cell.candidate_id, cell.scenario_id, cell.rep)] += 1
+        result = _result_json(cell.run_dir)
+        if cell.run_dir is not None and result is None:
+            without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
+        recovered = result.get("recoveredSpend") if result is not None else None
+        listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
+        if isinstance(listed, list):
+            cwds.update(cwd for cwd in listed if isinstance(cwd, str))
+    store_readable, session_ids = _opencode_sessions(opencode_db, cwds) if opencode_db is not None else (False, [])
+    return InputsRecount(cells, cwds, without_list, Counter(_receipt_keys(out_dir)), store_readable, session_ids)
+
+
+# ---------------------------------------------------------------------------
+# What the ledger holds: one pass over it
+# ---------------------------------------------------------------------------
+
+# The audits that count ledger lines; each fails alone on a line it cannot read.
+_COUNTING_AUDITS = ("supervisors", "workers", "proposers", "stats")
+
+
+@dataclass
+class LedgerRecount:
+    """One pass over a ledger: what each audit counts, and what is wrong with its lines."""
+
+    path: Path
+    lines: int = 0
+    # the counting audits' tallies
+    supervisors: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    worker_cwds: set[Any] = field(default_factory=set)
+    worker_sessions: Counter[str] = field(default_factory=Counter)
+    proposers: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    by_role: Counter[Any] = field(default_factory=Counter)
+    full_transcripts: int = 0
+    gap_lines: int = 0
+    reward_labeled: int = 0
+    # audit name -> the first line it could not read (that audit then proves nothing)
+    unreadable: dict[str, MalformedLedgerLine] = field(default_factory=dict)
+    # integrity: every line checked against the schema
+    invalid_lines: int = 0
+    unlabeled_gaps: int = 0
+    line_problems: list[str] = field(default_factory=list)  # the first SAMPLE_SIZE, in line order
+    rollout_ids: Counter[str] = field(default_factory=Counter)
+    supervisor_ids: set[str] = field(default_factory=set)
+    parents: list[tuple[int, str]] = field(default_factory=list)
+
+    def _problem(self, message: str) -> None:
+        if len(self.line_problems) < SAMPLE_SIZE:
+            self.line_problems.append(message)
+
+    def _tally(self, audit: str, line: _Line, count: Any) -> None:
+        if audit in self.unreadable:
+            return
+        try:
+            count(line)
+        except MalformedLedgerLine as error:
+            self.unreadable[audit] = error
+        except TypeError:  # a field holding a list or object where a key is expected
+            self.unreadable[audit] = MalformedLedgerLine(f"{line.where}: a field of the wrong type")
+
+    def _count_supervisor(self, line: _Line) -> None:
+        if line.get("role") == "supervisor":
+            self.supervisors[(line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))] += 1
+
+    def _count_worker(self, line: _Line) -> None:
+        if line.get("role") == "worker":
+            self.worker_cwds.add(line.get("outcome", "metrics", "worker_cwd"))
+            ref = line.get("artifacts", "transcript_ref")
+            if isinstance(ref, str) and ref.startswith("opencode:"):
+                self.worker_sessions[ref.removeprefix("opencode:")] += 1
+
+    def _count_proposer(self, line: _Line) -> None:
+        if line.get("role") == "proposer":
+            self.proposers[(line.get("task", "instance_id"), line.get("task", "rep"))] += 1
+
+    def _count_for_stats(self, line: _Line) -> None:
+        self.by_role[line.get("role")] += 1
+        if line.get("messages"):
+            self.full_transcripts += 1
+        else:
+            self.gap_lines += 1
+        self.reward_labeled += line.get("outcome", "reward") is not None
+
+    def _check_integrity(self, value: Any, where: str, lineno: int) -> None:
+        try:
+            RolloutLine.model_validate(value)
+        except ValidationError as error:
+            self.invalid_lines += 1
+            self._problem(f"{where}: {_why_invalid(error)}")
+            return
+        if not value["messages"] and not value["provenance"].get("gap"):
+            self.unlabeled_gaps += 1
+            self._problem(f"{where}: empty transcript without a gap reason")
+        self.rollout_ids[value["rollout_id"]] += 1
+        if value["role"] == "supervisor":
+            self.supervisor_ids.add(value["rollout_id"])
+        if value["parent_rollout_id"] is not None:
+            self.parents.append((lineno, value["parent_rollout_id"]))
+
+    def observe(self, raw: bytes, lineno: int) -> None:
+        where = f"{self.path}:{lineno}"
+        self.lines += 1
+        try:
+            value = _loads(raw)
+        except ValueError as error:
+            unreadable = MalformedLedgerLine(f"{where}: not JSON ({error})")
+            for audit in _COUNTING_AUDITS:
+                self.unreadable.setdefault(audit, unreadable)
+            self.invalid_lines += 1
+            self._problem(f"{where}: {_why_invalid(error)}")
+            return
+        line = _Line(value, where)
+        self._tally("supervisors", line, self._count_supervisor)
+        self._tally("workers", line, self._count_worker)
+        self._tally("proposers", line, self._count_proposer)
+        self._tally("stats", line, self._count_for_stats)
+        self._check_integrity(value, where, lineno)
+
+
+    def merge(self, later: LedgerRecount) -> None:
+        """Add the recount of the part of the same ledger that follows this one."""
+        self.lines += later.lines
+        self.supervisors.update(later.supervisors)
+        self.worker_cwds |= later.worker_cwds
+        self.worker_sessions.update(later.worker_sessions)
+        self.proposers.update(later.proposers)
+        self.by_role.update(later.by_role)
+        self.full_transcripts += later.full_transcripts
+        self.gap_lines += later.gap_lines
+        self.reward_labeled += later.reward_labeled
+        for audit, error in later.unreadable.items():
+            self.unreadable.setdefault(audit, error)
+        self.invalid_lines += later.invalid_lines
+        self.unlabeled_gaps += later.unlabeled_gaps
+        for problem in later.line_problems:
+            self._problem(problem)
+        self.rollout_ids.update(later.rollout_ids)
+        self.supervisor_ids |= later.supervisor_ids
+        self.parents += later.parents
+
+
+# Below this size a second process costs more than it saves.
+_PARALLEL_MIN_BYTES = 32 << 20
+
+
+def _recount_part(ledger_path: Path, start: int, stop: int, first_lineno: int) -> LedgerRecount:
+    recount = LedgerRecount(ledger_path)
+    with open(ledger_path, "rb") as handle:
+        handle.seek(start)
+        position, lineno = start, first_lineno
+        while position < stop and (raw := handle.readline()):
+            recount.observe(raw, lineno)
+            position += len(raw)
+            lineno += 1
+    return recount
+
+
+def _parts(ledger_path: Path, size: int, count: int) -> list[tuple[int, int, int]]:
+    """(start, stop, number of the first line) of `count` parts cut at line ends."""
+    cuts = [0]
+    with open(ledger_path, "rb") as handle:
+        for index in range(1, count):
+            handle.seek(max(size * index // count, cuts[-1]))
+            handle.readline()  # to the start of the next line
+            cuts.append(min(handle.tell(), size))
+        cuts.append(size)
+        parts, lineno = [], 1
+        for start, stop in itertools.pairwise(cuts):
+            parts.append((start, stop, lineno))
+            handle.seek(start)
+            left = stop - start
+            while left > 0:
+                block = handle.read(min(left, 1 << 20))
+                if not block:
+                    break
+                lineno += block.count(b"\n")
+                left -= len(block)
+    return parts
+
+
+def recount_ledger(
+    ledger_path: Path, workers: int | None = None, *, parallel_from_bytes: int = _PARALLEL_MIN_BYTES
+) -> LedgerRecount:
+    """Read the ledger once, parsing and validating every line with the schema.
+
+    Schema validation dominates, so a large ledger is cut into parts at line ends, one per
+    core; each part is recounted in its own (forked) process and the parts are merged in order,
+    giving the same recount as one pass.
+    """
+    size = ledger_path.stat().st_size
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers <= 1 or size < parallel_from_bytes:
+        return _recount_part(ledger_path, 0, size, 1)
+    first, *rest = _parts(ledger_path, size, workers)
+    with ProcessPoolExecutor(max_workers=len(rest), mp_context=multiprocessing.get_context("fork")) as pool:
+        later = [pool.submit(_recount_part, ledger_path, *part) for part in rest]
+        recount = _recount_part(ledger_path, *first)
+        for future in later:
+            recount.merge(future.result())
+    return recount
+
+
+# ---------------------------------------------------------------------------
+# The verdicts, one per check
+# ---------------------------------------------------------------------------
+
+
+def supervisors_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
+    """Every campaign cell has exactly one supervisor line."""
+    if "supervisors" in ledger.unreadable:
+        return _unreadable(ledger.unreadable["supervisors"])
+    return _compare(inputs.cells, ledger.supervisors)
+
+
+def workers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
+    """Every distinct worker cwd of any result.json has a worker line; every session of them appears once."""
+    if "workers" in ledger.unreadable:
+        return _unreadable(ledger.unreadable["workers"])
+    cwd_result = _compare(Counter(inputs.worker_cwds), Counter(ledger.worker_cwds), at_least_once=True)
+    session_result = _compare(Counter(inputs.session_ids), ledger.worker_sessions)
+    return AuditResult(
+        passed=cwd_result.passed and session_result.passed,
+        expected=cwd_result.expected + session_result.expected,
+        seen=cwd_result.seen + session_result.seen,
+        missing=cwd_result.missing + session_result.missing,
+        sample=_sample([f"cwd: {s}" for s in cwd_result.sample] + [f"session: {s}" for s in session_result.sample]),
+        details={
+            "expected_cwds": cwd_result.expected,
+            "missing_cwds": cwd_result.missing,
+            "expected_sessions": session_result.expected,
+            "missing_sessions": session_result.missing,
+            "duplicated_sessions": int(session_result.details["duplicated"]),
+            "unexpected_sessions": int(session_result.details["unexpected"]),
+            "opencode_store_readable": inputs.store_readable,
+        },
+    )
+
+
+def proposers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
     """Every shot receipt has exactly one proposer line."""
-    expected = Counter(_receipt_keys(out_dir))
-    try:
-        seen = Counter(
-            (line.get("task", "instance_id"), line.get("task", "rep"))
-            for line in _ledger_lines(ledger_path)
-            if line.get("role") == "proposer"
-        )
-    except MalformedLedgerLine as error:
-        return _unreadable(error)
-    return _compare(expected, seen)
+    if "proposers" in ledger.unreadable:
+        return _unreadable(ledger.unreadable["proposers"])
+    return _compare(inputs.receipts, ledger.proposers)
 
 
 def _why_invalid(error: ValueError) -> str:
@@ -310,92 +500,84 @@ def _why_invalid(error: ValueError) -> str:
     return str(error).splitlines()[0]
 
 
-def audit_integrity(ledger_path: Path) -> AuditResult:
+def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
     """Every line validates, every empty transcript carries a gap, ids are unique, parents exist."""
-    problems: list[str] = []
-    counts = Counter[str]()
-    ids: Counter[str] = Counter()
-    supervisors: set[str] = set()
-    parents: list[tuple[int, str]] = []
-    lines = 0
-    with open(ledger_path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            lines += 1
-            try:
-                line = _loads(raw)
-                RolloutLine.model_validate(line)
-            except (ValueError, ValidationError) as error:
-                counts["invalid"] += 1
-                problems.append(f"{ledger_path}:{lineno}: {_why_invalid(error)}")
-                continue
-            if not line["messages"] and not line["provenance"].get("gap"):
-                counts["unlabeled_gaps"] += 1
-                problems.append(f"{ledger_path}:{lineno}: empty transcript without a gap reason")
-            ids[line["rollout_id"]] += 1
-            if line["role"] == "supervisor":
-                supervisors.add(line["rollout_id"])
-            if line["parent_rollout_id"] is not None:
-                parents.append((lineno, line["parent_rollout_id"]))
-    duplicated = [rollout_id for rollout_id, n in ids.items() if n > 1]
-    orphans = [(lineno, parent) for lineno, parent in parents if parent not in supervisors]
-    problems += [f"duplicated rollout_id {rollout_id}" for rollout_id in duplicated]
-    problems += [f"{ledger_path}:{lineno}: parent {parent} is no supervisor line" for lineno, parent in orphans]
+    duplicated = [rollout_id for rollout_id, n in ledger.rollout_ids.items() if n > 1]
+    orphans = [(lineno, parent) for lineno, parent in ledger.parents if parent not in ledger.supervisor_ids]
+    problems = list(ledger.line_problems)
+    problems += [f"duplicated rollout_id {rollout_id}" for rollout_id in duplicated[:SAMPLE_SIZE]]
+    problems += [f"{ledger.path}:{lineno}: parent {parent} is no supervisor line" for lineno, parent in orphans[:SAMPLE_SIZE]]
     return AuditResult(
-        passed=not problems,
-        expected=lines,
-        seen=lines - counts["invalid"],
-        missing=counts["invalid"] + counts["unlabeled_gaps"],
+        passed=not (ledger.invalid_lines or ledger.unlabeled_gaps or duplicated or orphans),
+        expected=ledger.lines,
+        seen=ledger.lines - ledger.invalid_lines,
+        missing=ledger.invalid_lines + ledger.unlabeled_gaps,
         sample=_sample(problems),
         details={
-            "invalid_lines": counts["invalid"],
-            "unlabeled_gaps": counts["unlabeled_gaps"],
+            "invalid_lines": ledger.invalid_lines,
+            "unlabeled_gaps": ledger.unlabeled_gaps,
             "duplicated_ids": len(duplicated),
             "orphan_parents": len(orphans),
         },
     )
 
 
-def audit_stats(ledger_path: Path, stats_path: Path) -> AuditResult:
+def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
     """The stored counters reconcile with the ledger and with each other."""
     stats = json.loads(stats_path.read_bytes())
-    lines = full = gap = rewarded = 0
-    by_role: Counter[str] = Counter()
-    try:
-        for line in _ledger_lines(ledger_path):
-            lines += 1
-            by_role[line.get("role")] += 1
-            if line.get("messages"):
-                full += 1
-            else:
-                gap += 1
-            rewarded += line.get("outcome", "reward") is not None
-    except MalformedLedgerLine as error:
-        return _unreadable(error)
+    if "stats" in ledger.unreadable:
+        return _unreadable(ledger.unreadable["stats"])
     problems = []
-    recount = {"lines": lines, "fullTranscripts": full, "gapLines": gap, "rewardLabeled": rewarded}
+    recount = {
+        "lines": ledger.lines,
+        "fullTranscripts": ledger.full_transcripts,
+        "gapLines": ledger.gap_lines,
+        "rewardLabeled": ledger.reward_labeled,
+    }
     for key, value in recount.items():
         if stats.get(key) != value:
             problems.append(f"{key}: stats say {stats.get(key)}, ledger holds {value}")
-    if stats.get("byRole") != dict(by_role):
-        problems.append(f"byRole: stats say {stats.get('byRole')}, ledger holds {dict(by_role)}")
+    if stats.get("byRole") != dict(ledger.by_role):
+        problems.append(f"byRole: stats say {stats.get('byRole')}, ledger holds {dict(ledger.by_role)}")
     if sum((stats.get("byRole") or {}).values()) != stats.get("lines"):
         problems.append("stats: Σ byRole != lines")
     if stats.get("fullTranscripts", 0) + stats.get("gapLines", 0) != stats.get("lines"):
         problems.append("stats: fullTranscripts + gapLines != lines")
     return AuditResult(
         passed=not problems,
-        expected=lines,
+        expected=ledger.lines,
         seen=stats.get("lines") if isinstance(stats.get("lines"), int) else -1,
         missing=len(problems),
         sample=_sample(problems),
-        details={"reward_labeled": rewarded, "gap_lines": gap, "full_transcripts": full},
+        details={"reward_labeled": ledger.reward_labeled, "gap_lines": ledger.gap_lines, "full_transcripts": ledger.full_transcripts},
     )
+
+
+# ---------------------------------------------------------------------------
+# One audit from the files, for a single question (each reads what it needs)
+# ---------------------------------------------------------------------------
+
+
+def audit_supervisors(out_dir: Path, ledger_path: Path) -> AuditResult:
+    return supervisors_verdict(recount_inputs(out_dir, None), recount_ledger(ledger_path))
+
+
+def audit_workers(out_dir: Path, ledger_path: Path, opencode_db: Path) -> AuditResult:
+    return workers_verdict(recount_inputs(out_dir, opencode_db), recount_ledger(ledger_path))
+
+
+def audit_proposers(out_dir: Path, ledger_path: Path) -> AuditResult:
+    return proposers_verdict(recount_inputs(out_dir, None), recount_ledger(ledger_path))
+
+
+def audit_integrity(ledger_path: Path) -> AuditResult:
+    return integrity_verdict(recount_ledger(ledger_path))
+
+
+def audit_stats(ledger_path: Path, stats_path: Path) -> AuditResult:
+    return stats_verdict(recount_ledger(ledger_path), stats_path)
 
 
 def cells_without_worker_list(out_dir: Path) -> list[str]:
     """Cells whose arm ran (runDir known) but whose result.json is missing or unreadable."""
-    return [
-        f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}"
-        for cell in walk_cells(out_dir)
-        if cell.run_dir is not None and _result_json(cell.run_dir) is None
-    ]
+    return recount_inputs(out_dir, None).cells_without_worker_list

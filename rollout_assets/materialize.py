@@ -1,5 +1,5 @@
 """`rollout-assets materialize`: run `materialize_round` for rounds on the Dagster instance at
-$DAGSTER_HOME (steps on the job's multiprocess executor), then `materialize_summary`, and print
+$DAGSTER_HOME (steps on the job's executor, as under `dagster dev`), then `materialize_summary`, and print
 what each round produced.
 
 The same definitions, resources and checks as `dagster dev`; the runs and their check
@@ -31,9 +31,9 @@ class _PrintLog:
 
 @contextmanager
 def _run_round(instance: DagsterInstance, key: str) -> Iterator[Any]:
-    """One run of `materialize_round` for a round. On a persistent instance the steps run on
-    the job's multiprocess executor (independent steps and checks in parallel, as under
-    `dagster dev`); a temporary instance can only run them in this process."""
+    """One run of `materialize_round` for a round. On a persistent instance it is launched with
+    `execute_job` on the job's executor, as `dagster dev` would; a temporary instance can only
+    run it with `execute_in_process`."""
     from rollout_assets.definitions import defs, materialize_round_job
 
     if instance.is_ephemeral:

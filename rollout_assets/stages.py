@@ -8,9 +8,10 @@ attach metadata, and the functions can be run and benchmarked alone.
       manifest.json                          round_manifest
       stages/campaign-cells.jsonl            campaign_cells: {"supervisor": line, "worker_cwds": [...]}
       stages/worker-sessions.jsonl           worker_sessions: worker lines in ledger order
-      stages/worker-sessions.json            worker_sessions: store summary
+      stages/worker-sessions.json            worker_sessions: store summary, counters, line order
       stages/proposer-transcripts.jsonl      proposer_transcripts: proposer lines in ledger order
       rollout-ledger.jsonl                   rollout_ledger: the validated tangle.rollout.v1 ledger
+      stages/rollout-ledger-stats.json       rollout_ledger: the counters of that file
       rollout-stats.json                     rollout_stats: the counters
 
 Every file is written atomically (temp file + rename), so a failed stage leaves the previous
@@ -20,6 +21,7 @@ round's transcripts in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -38,33 +40,19 @@ from rollout_assets.backfill import (
     proposer_lines,
 )
 from rollout_assets.backfill.lines import LineContext
-from rollout_assets.backfill.parallel import CELLS_PER_UNIT, default_workers, write_units
+from rollout_assets.backfill.parallel import (
+    CELLS_PER_UNIT,
+    CellUnit,
+    default_workers,
+    round_units,
+    unit_manifest,
+    write_units,
+)
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl, validate_line
 from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.round import RoundInputError, RoundManifest, build_manifest, manifest_from_json
 
 ProgressLog = Callable[[str], None]
-
-
-class CandidateProgress:
-    """Reports, once per candidate, how many lines a stage produced for it (lines arrive in
-    candidate order), so a long run shows where it is."""
-
-    def __init__(self, stage: str, log: ProgressLog | None):
-        self.stage, self.log = stage, log
-        self.candidate: str | None = None
-        self.count = 0
-
-    def observe(self, line: dict[str, Any]) -> None:
-        if line["candidate_id"] != self.candidate:
-            self.flush()
-            self.candidate, self.count = line["candidate_id"], 0
-        self.count += 1
-
-    def flush(self) -> None:
-        if self.log is not None and self.candidate is not None:
-            self.log(f"{self.stage}: candidate {self.candidate} done ({self.count} lines)")
-        self.candidate = None
 
 
 class RoundChangedError(RuntimeError):
@@ -104,6 +92,10 @@ class RoundOutputs:
     @property
     def ledger(self) -> Path:
         return self.folder / "rollout-ledger.jsonl"
+
+    @property
+    def ledger_stats(self) -> Path:
+        return self.folder / "stages" / "rollout-ledger-stats.json"
 
     @property
     def stats(self) -> Path:
@@ -181,36 +173,69 @@ def current_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
 
 @dataclass
 class CellsSummary:
+    """Counters of the cell rows written (summed over the units of the stage)."""
+
     cells: int = 0
     worker_cwds: int = 0
     reward_labeled: int = 0
     cells_without_worker_list: int = 0
     by_candidate: dict[str, int] = field(default_factory=dict)
 
+    def observe(self, row: dict[str, Any]) -> None:
+        supervisor = row["supervisor"]
+        self.cells += 1
+        self.worker_cwds += len(row["worker_cwds"])
+        self.reward_labeled += supervisor["outcome"]["reward"] is not None
+        self.cells_without_worker_list += supervisor["outcome"]["metrics"].get("worker_list_missing") is True
+        candidate = supervisor["candidate_id"]
+        self.by_candidate[candidate] = self.by_candidate.get(candidate, 0) + 1
 
-def write_campaign_cells(
-    out_dir: Path, outputs: RoundOutputs, captured_at: str, log: ProgressLog | None = None
-) -> CellsSummary:
-    """One row per campaign cell: its supervisor line and its distinct worker cwds."""
-    manifest = current_manifest(out_dir, outputs)
-    summary = CellsSummary()
-    progress = CandidateProgress("campaign_cells", log)
-    with AtomicJsonlWriter(outputs.campaign_cells) as writer:
-        for row in cell_rows(manifest, line_context(manifest, captured_at)):
-            supervisor = row.supervisor
-            summary.cells += 1
-            summary.worker_cwds += len(row.worker_cwds)
-            summary.reward_labeled += supervisor["outcome"]["reward"] is not None
-            summary.cells_without_worker_list += supervisor["outcome"]["metrics"].get("worker_list_missing") is True
-            candidate = supervisor["candidate_id"]
-            summary.by_candidate[candidate] = summary.by_candidate.get(candidate, 0) + 1
+    def merge(self, other: CellsSummary) -> None:
+        self.cells += other.cells
+        self.worker_cwds += other.worker_cwds
+        self.reward_labeled += other.reward_labeled
+        self.cells_without_worker_list += other.cells_without_worker_list
+        for candidate, count in other.by_candidate.items():
+            self.by_candidate[candidate] = self.by_candidate.get(candidate, 0) + count
+
+
+class _CellRowsProducer:
+    """The cell rows of one unit of cells (run in a forked worker)."""
+
+    def __init__(self, manifest: RoundManifest, context: LineContext):
+        self.manifest, self.context = manifest, context
+
+    def __call__(self, unit: CellUnit) -> Iterator[dict[str, Any]]:
+        for row in cell_rows(unit_manifest(self.manifest, unit), self.context):
             # Each line is validated by the stage that first writes it; the ledger stage
             # then assembles already-valid lines.
-            validate_line(supervisor)
-            writer.write({"supervisor": supervisor, "worker_cwds": row.worker_cwds})
-            progress.observe(supervisor)
-    progress.flush()
-    return summary
+            validate_line(row.supervisor)
+            yield {"supervisor": row.supervisor, "worker_cwds": row.worker_cwds}
+
+
+def write_campaign_cells(
+    out_dir: Path,
+    outputs: RoundOutputs,
+    captured_at: str,
+    log: ProgressLog | None = None,
+    workers: int | None = None,
+) -> CellsSummary:
+    """One row per campaign cell: its supervisor line and its distinct worker cwds, on every core."""
+    manifest = current_manifest(out_dir, outputs)
+    units = [unit for unit in round_units(manifest) if isinstance(unit, CellUnit)]
+    left = {index: len(entry.cells) for index, entry in enumerate(manifest.entries)}
+
+    def unit_done(unit: CellUnit) -> None:
+        left[unit.entry] -= unit.stop - unit.start
+        entry = manifest.entries[unit.entry]
+        if left[unit.entry] == 0 and log is not None:
+            log(f"campaign_cells: candidate {entry.candidate_id} done ({len(entry.cells)} lines)")
+
+    producer = _CellRowsProducer(manifest, line_context(manifest, captured_at))
+    with AtomicJsonlWriter(outputs.campaign_cells) as writer:
+        return write_units(
+            writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done, new_tally=CellsSummary
+        )
 
 
 def read_cell_rows(outputs: RoundOutputs) -> Iterator[CellRow]:
@@ -280,6 +305,34 @@ class _WorkerSessionsProducer:
                 store.close()
 
 
+@dataclass
+class WorkerLinesTally(BackfillStats):
+    """The worker stage's counters, plus the order of its lines: for each run of consecutive
+    lines of one cell, [the supervisor's rollout_id, line count]. The ledger stage interleaves
+    the lines with their supervisors by it, copying them without parsing them again."""
+
+    parents: list[list[Any]] = field(default_factory=list)
+
+    def observe(self, line: dict[str, Any]) -> None:
+        super().observe(line)
+        self._add_run(line["parent_rollout_id"], 1)
+
+    def merge(self, other: BackfillStats) -> None:
+        super().merge(other)
+        for parent, count in getattr(other, "parents", []):
+            self._add_run(parent, count)
+
+    def _add_run(self, parent: str, count: int) -> None:
+        if self.parents and self.parents[-1][0] == parent:
+            self.parents[-1][1] += count
+        else:
+            self.parents.append([parent, count])
+
+    def counters(self) -> BackfillStats:
+        state = {name: value for name, value in vars(self).items() if name != "parents"}
+        return BackfillStats(**state)
+
+
 def write_worker_sessions(
     outputs: RoundOutputs,
     opencode_db: str | os.PathLike[str],
@@ -304,11 +357,23 @@ def write_worker_sessions(
 
     producer = _WorkerSessionsProducer(outputs.campaign_cells, opencode_db, _stored_context(outputs, captured_at))
     with LedgerWriter(outputs.worker_sessions) as writer:
-        stats = write_units(writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done)
-    stats.opencode_db_available = available
+        tally = write_units(
+            writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done,
+            new_tally=WorkerLinesTally,
+        )
+    tally.opencode_db_available = available
+    stats = tally.counters()
     write_json_atomic(
         outputs.worker_sessions_summary,
-        {"opencodeDb": os.path.abspath(opencode_db), "opencodeDbAvailable": available},
+        {
+            "opencodeDb": os.path.abspath(opencode_db),
+            "opencodeDbAvailable": available,
+            # What the ledger stage needs to copy the lines without parsing them: the file
+            # they belong to (size), their counters and their order.
+            "bytes": outputs.worker_sessions.stat().st_size,
+            "counters": dataclasses.asdict(stats),
+            "parents": tally.parents,
+        },
     )
     return stats
 
@@ -350,40 +415,63 @@ def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
             yield raw, orjson.loads(raw)
 
 
+def _file_identity(path: Path) -> list[int]:
+    """Which file is at `path` now: a rewritten ledger has another inode, size or mtime."""
+    stat = path.stat()
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
 def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
     """Assemble the round's ledger from the stage files, atomically; returns its counters.
 
     Every line was validated by the stage that wrote it; here they are merged in ledger
     order (each supervisor, then its workers; then the proposers), worker and proposer lines
-    copied as stored, so the file is the same the one-process backfill writes.
+    copied as stored, so the file is the same the one-process backfill writes. The worker
+    lines are placed by the order their stage recorded, not parsed again.
     """
-    stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
-    workers = _encoded_lines(outputs.worker_sessions)
-    pending = next(workers, None)
-    with AtomicJsonlWriter(outputs.ledger) as writer:
+    summary = read_json(outputs.worker_sessions_summary)
+    if outputs.worker_sessions.stat().st_size != summary["bytes"]:
+        raise StageMismatchError(
+            f"{outputs.worker_sessions} is not the file {outputs.worker_sessions_summary} describes; "
+            "re-materialize worker_sessions"
+        )
+    stats = BackfillStats(**summary["counters"])
+    runs = iter(summary["parents"])
+    pending = next(runs, None)
+    with open(outputs.worker_sessions, "rb") as workers, AtomicJsonlWriter(outputs.ledger) as writer:
         for row in read_cell_rows(outputs):
             supervisor = row.supervisor
             writer.write(supervisor)
             stats.observe(supervisor)
-            while pending is not None and pending[1]["parent_rollout_id"] == supervisor["rollout_id"]:
-                writer.write_encoded(pending[0])
-                stats.observe(pending[1])
-                pending = next(workers, None)
-        if pending is not None:
+            if pending is not None and pending[0] == supervisor["rollout_id"]:
+                for _ in range(pending[1]):
+                    writer.write_encoded(workers.readline())
+                pending = next(runs, None)
+        if pending is not None or workers.readline():
             raise StageMismatchError(
-                f"{outputs.worker_sessions}: worker line {pending[1]['rollout_id']} follows no supervisor of "
-                f"{outputs.campaign_cells} in order; re-materialize worker_sessions"
+                f"{outputs.worker_sessions}: worker lines of {pending[0] if pending else 'some cell'} follow no "
+                f"supervisor of {outputs.campaign_cells} in order; re-materialize worker_sessions"
             )
         for raw, line in _encoded_lines(outputs.proposer_transcripts):
             writer.write_encoded(raw)
             stats.observe(line)
+    # The counters of exactly this file, for rollout_stats (which runs only once the checks pass).
+    write_json_atomic(outputs.ledger_stats, {"ledger": _file_identity(outputs.ledger), "counters": dataclasses.asdict(stats)})
     return stats
 
 
 def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
-    """Count the written ledger and store the counters next to it."""
-    stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
-    for line in iter_jsonl(outputs.ledger):
-        stats.observe(line)
+    """Store the counters of the written ledger next to it: those the ledger stage counted,
+    when the ledger is still the file it wrote; else counted again from the ledger."""
+    try:
+        counted = read_json(outputs.ledger_stats)
+    except (OSError, ValueError):
+        counted = None
+    if counted is not None and counted["ledger"] == _file_identity(outputs.ledger):
+        stats = BackfillStats(**counted["counters"])
+    else:
+        stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
+        for line in iter_jsonl(outputs.ledger):
+            stats.observe(line)
     write_json_atomic(outputs.stats, stats.to_json())
     return stats

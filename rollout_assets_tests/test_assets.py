@@ -254,6 +254,7 @@ def test_stage_files_are_json_or_jsonl(materialized: Any, ledger_root: Path) -> 
         "rollout-stats.json",
         "stages/campaign-cells.jsonl",
         "stages/proposer-transcripts.jsonl",
+        "stages/rollout-ledger-stats.json",
         "stages/worker-sessions.json",
         "stages/worker-sessions.jsonl",
     ]

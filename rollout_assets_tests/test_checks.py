@@ -560,3 +560,32 @@ def test_count_checks_fail_with_file_and_line_on_a_line_missing_its_fields(
     assert outcome.passed is False
     assert outcome.details == {"unreadable_lines": 1}
     assert outcome.sample == [f"{ledger}:2: no field role"]
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_ledger_recount_on_several_processes_equals_one_pass(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, workers: int
+) -> None:
+    """Parts cut at line ends and merged in order give the recount of one pass, problems, line
+    numbers and samples included, with breaks in every part."""
+    broken = [dict(line) for line in lines]
+    del broken[3]["messages"]  # an early line an audit cannot read
+    broken[-2]["parent_rollout_id"] = str(uuid.uuid4())  # a late orphan
+    broken[len(broken) // 2]["rollout_id"] = broken[0]["rollout_id"]  # a duplicate across parts
+    ledger = _ledger(tmp_path, broken)
+    with ledger.open("ab") as handle:
+        handle.write(b"{not json\n")  # and a last line that is not JSON
+
+    one = audit.recount_ledger(ledger, workers=1)
+    parts = audit.recount_ledger(ledger, workers=workers, parallel_from_bytes=0)
+
+    inputs = audit.recount_inputs(out_dir, demo.opencode_db)
+    for verdict in (audit.supervisors_verdict, audit.workers_verdict, audit.proposers_verdict):
+        assert verdict(inputs, parts) == verdict(inputs, one)
+    assert audit.integrity_verdict(parts) == audit.integrity_verdict(one)
+    assert audit.integrity_verdict(one).passed is False
+    assert {name: str(error) for name, error in parts.unreadable.items()} == {
+        name: str(error) for name, error in one.unreadable.items()
+    }
+    assert (parts.lines, parts.parents, parts.line_problems) == (one.lines, one.parents, one.line_problems)
+    assert str(one.unreadable["stats"]) == f"{ledger}:4: no field messages"

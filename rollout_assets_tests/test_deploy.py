@@ -132,7 +132,8 @@ def test_two_rounds_materialize_in_parallel_on_postgres_storage(tmp_path: Path, 
         for run in runs:
             logs = instance.all_logs(run.run_id)
             messages = [entry.message for entry in logs]
-            assert any("multiprocess executor" in message for message in messages)
+            # The project's executor: steps in the run's process, which forks its own workers.
+            assert any("Executing steps in process" in message for message in messages)
             evaluations = [
                 entry.dagster_event.event_specific_data
                 for entry in logs

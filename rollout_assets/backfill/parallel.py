@@ -17,11 +17,12 @@ import multiprocessing
 import os
 import secrets
 import signal
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from rollout_assets.backfill.join import cell_rows, episode_lines, line_context, proposer_lines
 from rollout_assets.backfill.lines import LineContext
@@ -37,6 +38,17 @@ CELLS_PER_UNIT = 512
 Produce = Callable[[Any], Iterator[dict[str, Any]]]
 
 
+class Tally(Protocol):
+    """Counters of the records a unit wrote, summed over units (BackfillStats for ledger lines)."""
+
+    def observe(self, record: dict[str, Any]) -> None: ...
+
+    def merge(self, other: Any) -> None: ...
+
+
+TallyT = TypeVar("TallyT", bound=Tally)
+
+
 @dataclass
 class _Task:
     """What every forked worker needs, inherited through fork (never pickled)."""
@@ -44,16 +56,17 @@ class _Task:
     produce: Produce
     encode: Callable[[dict[str, Any]], bytes]
     segment_prefix: str
+    new_tally: Callable[[], Tally]
 
 
 _TASK: _Task | None = None
 
 
-def _run_unit(index: int, unit: Any) -> tuple[str, int, BackfillStats]:
+def _run_unit(index: int, unit: Any) -> tuple[str, int, Tally]:
     """In a worker: write one unit's lines to its segment; return (segment, line count, counters)."""
     assert _TASK is not None, "worker started without a task (only the fork start method is supported)"
     segment = f"{_TASK.segment_prefix}{index:06d}.tmp"
-    stats = BackfillStats()
+    stats = _TASK.new_tally()
     lines = 0
     with open(segment, "wb") as handle:
         for line in _TASK.produce(unit):
@@ -85,9 +98,10 @@ def write_units(
     *,
     workers: int,
     on_unit_done: Callable[[Any], None] | None = None,
-) -> BackfillStats:
+    new_tally: Callable[[], TallyT] = BackfillStats,  # type: ignore[assignment]
+) -> TallyT:
     """Write the lines of every unit to `writer`, in unit order; returns the summed counters."""
-    stats = BackfillStats()
+    stats = new_tally()
     if workers <= 1 or len(units) <= 1:
         for unit in units:
             for line in produce(unit):
@@ -101,8 +115,9 @@ def write_units(
     # are removed by the next writer of that path.
     # A token per run: no stray process of an earlier run can ever write one of these segments.
     segment_prefix = f".{writer.path.name}.segment-{secrets.token_hex(4)}-"
-    _TASK = _Task(produce, writer.encode, str(writer.path.parent / segment_prefix))
-    futures: list[Future] = []
+    _TASK = _Task(produce, writer.encode, str(writer.path.parent / segment_prefix), new_tally)
+    # Futures are dropped once their unit is appended: each holds its unit's counters.
+    futures: deque[Future] = deque()
     try:
         # Objects that exist now are shared with the workers copy-on-write; freezing them keeps
         # the workers' garbage collector from touching (and so copying) every page of them.
@@ -113,9 +128,9 @@ def write_units(
             initializer=_die_with_parent,
             initargs=(os.getpid(),),
         ) as pool:
-            futures = [pool.submit(_run_unit, index, unit) for index, unit in enumerate(units)]
-            for unit, future in zip(units, futures, strict=True):
-                segment, lines, unit_stats = future.result()
+            futures.extend(pool.submit(_run_unit, index, unit) for index, unit in enumerate(units))
+            for unit in units:
+                segment, lines, unit_stats = futures.popleft().result()
                 writer.append_file(segment, lines)
                 os.unlink(segment)
                 stats.merge(unit_stats)
@@ -177,22 +192,26 @@ class _RoundProducer:
         if isinstance(unit, ProposerUnit):
             yield from proposer_lines(self.manifest, self.context, self.claude_projects_dir)
             return
-        entry = self.manifest.entries[unit.entry]
-        part = RoundManifest(
-            out_dir=self.manifest.out_dir,
-            provenance=self.manifest.provenance,
-            instances=self.manifest.instances,
-            entries=[_with_cells(entry, entry.cells[unit.start : unit.stop])],
-        )
         store = OpencodeStore.open(self.opencode_db)
         try:
-            yield from episode_lines(cell_rows(part, self.context), store, self.context)
+            yield from episode_lines(cell_rows(unit_manifest(self.manifest, unit), self.context), store, self.context)
         finally:
             if store is not None:
                 store.close()
 
 
-def _with_cells(entry: CampaignEntry, cells: list[CellRecord]) -> CampaignEntry:
+def unit_manifest(manifest: RoundManifest, unit: CellUnit) -> RoundManifest:
+    """The manifest narrowed to the cells of one unit (for the join functions that walk a manifest)."""
+    entry = manifest.entries[unit.entry]
+    return RoundManifest(
+        out_dir=manifest.out_dir,
+        provenance=manifest.provenance,
+        instances=manifest.instances,
+        entries=[_with_cells(entry, entry.cells[unit.start : unit.stop])],
+    )
+
+
+def _with_cells(entry: CampaignEntry, cells: Sequence[CellRecord]) -> CampaignEntry:
     return replace(entry, cells=cells)
 
 

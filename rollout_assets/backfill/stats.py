@@ -9,9 +9,18 @@ of any size is counted without being held. One counter per failure mode, so a jo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from rollout_assets.backfill import gaps
+from rollout_assets.ledger.schema import Role
+
+# Per-role counters are written in this order (the order the seed first meets the roles in a
+# round: supervisors, their workers, then proposers), whatever order parts were counted in.
+_ROLE_ORDER = {role: index for index, role in enumerate(get_args(Role))}
+
+
+def _by_role_order(counts: dict[str, Any]) -> dict[str, Any]:
+    return dict(sorted(counts.items(), key=lambda item: _ROLE_ORDER.get(item[0], len(_ROLE_ORDER))))
 
 
 @dataclass
@@ -113,7 +122,7 @@ class BackfillStats:
         """The seed's key names and order, then this project's additional counters."""
         return {
             "lines": self.lines,
-            "byRole": dict(self.by_role),
+            "byRole": _by_role_order(self.by_role),
             "fullTranscripts": self.full_transcripts,
             "gapLines": self.gap_lines,
             "rewardLabeled": self.reward_labeled,
@@ -132,11 +141,11 @@ class BackfillStats:
                     # Rounded so that summing in another order (parallel parts) gives the same text.
                     "mean": round(self.reward_sum_by_role[role] / labeled, 12),
                 }
-                for role, labeled in self.reward_labeled_by_role.items()
+                for role, labeled in _by_role_order(self.reward_labeled_by_role).items()
             },
             "costUsdByRole": {
                 role: {"usd": round(usd, 6), "linesWithCost": self.cost_recorded_by_role[role]}
-                for role, usd in self.cost_usd_by_role.items()
+                for role, usd in _by_role_order(self.cost_usd_by_role).items()
             },
         }
 

@@ -4,8 +4,13 @@ Each check is partitioned like its asset (so its result is stored per round) and
 from the inputs by its own path (`rollout_assets.audit`), never through the join it verifies.
 The blocking ones stop a failing round before `rollout_stats` (and anything downstream)
 is materialized.
+
+The checks of one run share two recounts: the round's inputs, walked once, and the ledger,
+read once (see `_RunRecounts`).
 """
 
+from pathlib import Path
+from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -19,6 +24,40 @@ from rollout_assets import audit
 from rollout_assets.defs.assets import campaign_cells, rollout_ledger, rollout_stats
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import LedgerRoot, OpencodeDatabase, RoundsRoot
+
+
+class _RunRecounts:
+    """The recounts a run's checks compare, computed by the first check that needs one and
+    reused by the others: without this, six checks would walk the round's cells three times
+    and read a ledger of hundreds of MB four times.
+
+    The steps of a run share this process under the project's in-process executor; under
+    another executor each check simply recounts for itself. One entry of each kind, keyed by
+    run and round, plus the ledger file's identity: nothing carries over to another run, and
+    a ledger rewritten during the run is read again.
+    """
+
+    def __init__(self) -> None:
+        self._inputs: tuple[Any, audit.InputsRecount] | None = None
+        self._ledger: tuple[Any, audit.LedgerRecount] | None = None
+
+    def inputs(self, context: AssetCheckExecutionContext, out_dir: Path, opencode_db: Path) -> audit.InputsRecount:
+        key = (context.run.run_id, str(out_dir), str(opencode_db))
+        if self._inputs is None or self._inputs[0] != key:
+            self._inputs = None  # the previous recount is not kept alive while the next one is built
+            self._inputs = (key, audit.recount_inputs(out_dir, opencode_db))
+        return self._inputs[1]
+
+    def ledger(self, context: AssetCheckExecutionContext, ledger_path: Path) -> audit.LedgerRecount:
+        stat = ledger_path.stat()
+        key = (context.run.run_id, str(ledger_path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if self._ledger is None or self._ledger[0] != key:
+            self._ledger = None
+            self._ledger = (key, audit.recount_ledger(ledger_path))
+        return self._ledger[1]
+
+
+_RECOUNTS = _RunRecounts()
 
 
 def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
@@ -37,12 +76,13 @@ def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def every_cell_has_one_supervisor_line(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
     """Every campaign cell of the round has exactly one supervisor line."""
     key = context.partition_key
-    outcome = audit.audit_supervisors(rounds_root.round_dir(key), ledger_root.outputs(key).ledger)
-    return _result(outcome, key)
+    inputs = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path)
+    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
+    return _result(audit.supervisors_verdict(inputs, ledger), key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
@@ -51,25 +91,28 @@ def every_worker_session_accounted_for(
 ) -> AssetCheckResult:
     """Every worker cwd of any result.json has a worker line; every opencode session of them appears once."""
     key = context.partition_key
-    outcome = audit.audit_workers(rounds_root.round_dir(key), ledger_root.outputs(key).ledger, opencode.db_path)
-    return _result(outcome, key)
+    inputs = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path)
+    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
+    return _result(audit.workers_verdict(inputs, ledger), key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def every_shot_receipt_has_one_proposer_line(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
     """Every proposer shot receipt of the round has exactly one proposer line."""
     key = context.partition_key
-    outcome = audit.audit_proposers(rounds_root.round_dir(key), ledger_root.outputs(key).ledger)
-    return _result(outcome, key)
+    inputs = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path)
+    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
+    return _result(audit.proposers_verdict(inputs, ledger), key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def ledger_lines_valid_and_linked(context: AssetCheckExecutionContext, ledger_root: LedgerRoot) -> AssetCheckResult:
     """Every line validates, empty transcripts carry a gap reason, ids are unique, parents exist."""
     key = context.partition_key
-    return _result(audit.audit_integrity(ledger_root.outputs(key).ledger), key)
+    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
+    return _result(audit.integrity_verdict(ledger), key)
 
 
 @asset_check(asset=rollout_stats, partitions_def=ROUNDS, blocking=True)
@@ -77,14 +120,16 @@ def stats_reconcile_with_ledger(context: AssetCheckExecutionContext, ledger_root
     """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward."""
     key = context.partition_key
     outputs = ledger_root.outputs(key)
-    return _result(audit.audit_stats(outputs.ledger, outputs.stats), key)
+    return _result(audit.stats_verdict(_RECOUNTS.ledger(context, outputs.ledger), outputs.stats), key)
 
 
 @asset_check(asset=campaign_cells, partitions_def=ROUNDS, blocking=False)
-def every_cell_lists_its_workers(context: AssetCheckExecutionContext, rounds_root: RoundsRoot) -> AssetCheckResult:
+def every_cell_lists_its_workers(
+    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase
+) -> AssetCheckResult:
     """Warns about cells whose result.json is missing or unreadable: their worker sessions cannot be listed."""
     key = context.partition_key
-    cells = audit.cells_without_worker_list(rounds_root.round_dir(key))
+    cells = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path).cells_without_worker_list
     return AssetCheckResult(
         passed=not cells,
         severity=AssetCheckSeverity.WARN,

@@ -1,0 +1,115 @@
+"""The stored stages of a round, run without Dagster on a real demo round.
+
+The ledger stage copies worker lines by the order their stage recorded instead of parsing
+them again, and rollout_stats takes the counters the ledger stage counted: both must refuse
+(or recount) when the files no longer belong together, never write a wrong ledger or stats.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rollout_assets.backfill.parallel import backfill_to_file
+from rollout_assets.demo import DemoLayout
+from rollout_assets.stages import (
+    RoundOutputs,
+    StageMismatchError,
+    write_campaign_cells,
+    write_manifest,
+    write_proposer_transcripts,
+    write_rollout_ledger,
+    write_rollout_stats,
+    write_worker_sessions,
+)
+from rollout_assets_tests.dagster_rounds import ROUND, write_rounds
+
+CAPTURED_AT = "2026-12-02T10:00:00.000Z"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    return write_rounds(tmp_path_factory.mktemp("demo"))
+
+
+def _run_stages(demo: DemoLayout, folder: Path, workers: int) -> RoundOutputs:
+    out_dir = demo.rounds_root / ROUND
+    outputs = RoundOutputs(folder)
+    write_manifest(out_dir, outputs)
+    write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=workers)
+    write_worker_sessions(outputs, demo.opencode_db, CAPTURED_AT, workers=workers)
+    write_proposer_transcripts(outputs, demo.claude_projects_dir, CAPTURED_AT)
+    write_rollout_ledger(outputs)
+    write_rollout_stats(outputs)
+    return outputs
+
+
+@pytest.fixture()
+def staged(demo: DemoLayout, tmp_path: Path) -> RoundOutputs:
+    return _run_stages(demo, tmp_path / "stages-run", workers=2)
+
+
+def test_stages_on_two_workers_write_the_command_line_ledger_and_stats(
+    demo: DemoLayout, staged: RoundOutputs, tmp_path: Path
+) -> None:
+    single = _run_stages(demo, tmp_path / "one-worker", workers=1)
+    _, stats = backfill_to_file(
+        demo.rounds_root / ROUND,
+        tmp_path / "cli.jsonl",
+        opencode_db=demo.opencode_db,
+        claude_projects_dir=demo.claude_projects_dir,
+        captured_at=CAPTURED_AT,
+    )
+
+    assert staged.campaign_cells.read_bytes() == single.campaign_cells.read_bytes()
+    assert staged.ledger.read_bytes() == single.ledger.read_bytes() == (tmp_path / "cli.jsonl").read_bytes()
+    assert json.loads(staged.stats.read_text()) == stats.to_json()
+
+
+def test_ledger_stage_refuses_a_worker_file_its_summary_does_not_describe(staged: RoundOutputs) -> None:
+    previous = staged.ledger.read_bytes()
+    lines = staged.worker_sessions.read_bytes().splitlines(keepends=True)
+    staged.worker_sessions.write_bytes(b"".join(lines[:-1]))
+
+    with pytest.raises(StageMismatchError, match="worker-sessions.jsonl is not the file"):
+        write_rollout_ledger(staged)
+    assert staged.ledger.read_bytes() == previous
+
+
+def test_ledger_stage_refuses_worker_lines_that_follow_no_supervisor_in_order(staged: RoundOutputs) -> None:
+    previous = staged.ledger.read_bytes()
+    rows = staged.campaign_cells.read_bytes().splitlines(keepends=True)
+    # A cell row that went missing: its worker lines now follow no supervisor.
+    staged.campaign_cells.write_bytes(b"".join(rows[:1] + rows[2:]))
+
+    with pytest.raises(StageMismatchError, match="follow no supervisor"):
+        write_rollout_ledger(staged)
+    assert staged.ledger.read_bytes() == previous
+
+
+def test_stats_stage_recounts_a_ledger_replaced_after_the_ledger_stage(staged: RoundOutputs) -> None:
+    counted = json.loads(staged.stats.read_text())
+    lines = staged.ledger.read_bytes().splitlines(keepends=True)
+    replacement = staged.ledger.with_name("replacement.jsonl")
+    replacement.write_bytes(b"".join(lines[:-1]))
+    shutil.move(replacement, staged.ledger)
+
+    write_rollout_stats(staged)
+
+    recounted = json.loads(staged.stats.read_text())
+    assert recounted["lines"] == counted["lines"] - 1 == len(lines) - 1
+    assert recounted["byRole"]["proposer"] == counted["byRole"]["proposer"] - 1
+
+
+def test_stats_stage_takes_the_ledger_stage_counters_when_the_ledger_is_unchanged(staged: RoundOutputs) -> None:
+    counted = json.loads(staged.ledger_stats.read_text())
+    # Counters the ledger stage did not write would be taken as they are: proof they are reused.
+    counted["counters"]["proposer_shots_missed"] = 12345
+    staged.ledger_stats.write_text(json.dumps(counted))
+
+    write_rollout_stats(staged)
+
+    assert json.loads(staged.stats.read_text())["proposerShotsMissed"] == 12345
