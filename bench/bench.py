@@ -12,7 +12,8 @@ process's own:
   with `json`, nothing written;
 - the library backfill (`rollout-assets backfill`): wall time, CPU time, peak RSS;
 - the Dagster materialization of the round, every asset and check of the partition
-  (`rollout-assets materialize ROUND` on a fresh SQLite DAGSTER_HOME): wall time, peak RSS.
+  (`dagster asset materialize --select group:rounds --partition ROUND` on a fresh SQLite
+  DAGSTER_HOME with the partition added): wall time, peak memory, and each step's time.
 
 It prints the ratios and writes them, with the machine, to docs/BENCHMARKS.md.
 """
@@ -161,7 +162,23 @@ def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
         "CLAUDE_PROJECTS_DIR": str(layout.claude_projects_dir),
         "ROLLOUT_LEDGER_ROOT": str(root / "ledgers"),
     }
-    dagster = measure_with_rusage([str(BIN / "rollout-assets"), "materialize", out_dir.name], env=env)
+    # The partition must exist before `dagster asset materialize` can select it (not timed).
+    subprocess.run(
+        [str(BIN / "python"), "-c",
+         f"from dagster import DagsterInstance; DagsterInstance.get().add_dynamic_partitions('rounds', ['{out_dir.name}'])"],
+        env=env, check=True, cwd=PROJECT, stderr=subprocess.DEVNULL,
+    )
+    dagster = measure_with_rusage(
+        [str(BIN / "dagster"), "asset", "materialize", "-m", "rollout_assets.definitions",
+         "--select", "group:rounds", "--partition", out_dir.name],
+        env=env,
+    )
+    step_times = json.loads(subprocess.run(
+        [str(BIN / "python"), "bench/step_times.py", out_dir.name], env=env, check=True, cwd=PROJECT, capture_output=True, text=True,
+    ).stdout)
+    dagster_ledger = root / "ledgers" / out_dir.name / "rollout-ledger.jsonl"
+    if sum(1 for _ in dagster_ledger.open("rb")) != stats["lines"]:
+        raise SystemExit(f"{dagster_ledger} does not hold the backfill's {stats['lines']} lines")
     print(f"x{scale}: dagster {dagster.wall_s:.1f} s, {dagster.peak_rss_mib:.0f} MiB", flush=True)
     if not args.keep:
         shutil.rmtree(root)
@@ -180,6 +197,8 @@ def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
         "dagster_s": dagster.wall_s,
         "dagster_cpu_s": dagster.cpu_s,
         "dagster_rss_mib": dagster.peak_rss_mib,
+        "dagster_run_s": step_times["run_s"],
+        "dagster_steps": step_times["steps"],
     }
 
 
@@ -215,6 +234,15 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
             f"Dagster x{r['dagster_s'] / base['dagster_s']:.2f}, peak memory of the backfill "
             f"{r['backfill_rss_mib']:.0f} MiB (x1: {base['backfill_rss_mib']:.0f} MiB)"
         )
+    lines += ["", "Where the Dagster materialization spends its time (seconds per step, from the run's events;",
+              "`total` is the whole command, start-up and imports included):", ""]
+    steps = list(results[0]["dagster_steps"])
+    lines.append("| step | " + " | ".join(f"x{r['scale']}" for r in results) + " |")
+    lines.append("|---|" + "---|" * len(results))
+    for step in steps:
+        lines.append(f"| {step} | " + " | ".join(f"{r['dagster_steps'].get(step, 0):.2f}" for r in results) + " |")
+    lines.append("| run (first to last event) | " + " | ".join(f"{r['dagster_run_s']:.1f}" for r in results) + " |")
+    lines.append("| total | " + " | ".join(f"{r['dagster_s']:.1f}" for r in results) + " |")
     targets = [
         ("library backfill wall time <= 1.5 x parse floor", all(r["backfill_s"] <= 1.5 * r["floor_s"] for r in results)),
         ("backfill peak memory <= 256 MiB", all(r["backfill_rss_mib"] <= 256 for r in results)),
