@@ -1,15 +1,22 @@
 """The cross-round overview: one row per round, read from every round's stored stats.
 
 No Dagster here; `rollout_assets.defs.summary` wraps it as the `rounds_summary` asset.
+pandas is imported when a summary is built, not with the definitions: every process that loads
+them (each run, the code server, the sensor) would otherwise pay for importing it.
 """
 
+from __future__ import annotations
+
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from rollout_assets.stages import RoundOutputs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROLES = ("supervisor", "worker", "proposer")
 
@@ -55,6 +62,8 @@ def build_rounds_summary(outputs_by_round: Iterable[tuple[str, RoundOutputs]]) -
             skipped.append(round_key)
             continue
         rows.append(summary_row(round_key, json.loads(outputs.stats.read_text(encoding="utf-8"))))
+    import pandas as pd
+
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     return frame, skipped
 
@@ -72,7 +81,7 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
 def markdown_table(frame: pd.DataFrame) -> str:
     """The summary as a Markdown table (pandas' to_markdown needs tabulate; this does not)."""
     def cell(value) -> str:
-        if value is None or (isinstance(value, float) and pd.isna(value)):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
             return "—"
         if isinstance(value, float):
             return f"{value:.3f}"
