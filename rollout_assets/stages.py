@@ -156,7 +156,7 @@ def current_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
     """
     manifest = build_manifest(out_dir)
     stored = set(_cell_paths(read_json(outputs.manifest)))
-    current = set(_cell_paths(manifest.to_json()))
+    current = set(manifest.cell_paths())
     if stored != current:
         added, removed = sorted(current - stored), sorted(stored - current)
         raise RoundChangedError(

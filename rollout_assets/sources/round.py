@@ -15,9 +15,12 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import zlib
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from rollout_assets.sources.jsonfiles import (
     NotJson,
@@ -54,6 +57,8 @@ def candidate_id(generation: int, candidate_index: int) -> str:
 # ---------------------------------------------------------------------------
 
 
+CELL_CACHE = "cached-result.json"
+
 # The numbers of a cell the manifest sums per campaign (inputs.md §2, `cost`).
 _COST_FIELDS = ("costUsd", "tokenInput", "tokenOutput", "spentUsd", "spentTokens", "wallS", "judgeWallS")
 
@@ -62,9 +67,8 @@ _COST_FIELDS = ("costUsd", "tokenInput", "tokenOutput", "spentUsd", "spentTokens
 class CellRecord:
     """One campaign cell (instance x rep x candidate): what the manifest needs of it.
 
-    The full `cached-result.json` is not kept: a round of tens of thousands of cells would
-    hold all of them in memory. `record` reads it again when a line is built (once per cell),
-    and refuses a file that changed into another cell meanwhile.
+    The manifest keeps none of these (see CampaignCells): each is made when its cell is
+    reached, with the file as parsed then in `parsed`, so a line is built from one read.
     """
 
     path: Path
@@ -79,6 +83,8 @@ class CellRecord:
     cached: bool
     patch_path: str | None
     costs: tuple[Any, ...]
+    # The whole cell cache as parsed with this record; None when it was not kept.
+    parsed: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def resolved(self) -> bool:
@@ -86,7 +92,10 @@ class CellRecord:
 
     @property
     def record(self) -> dict[str, Any]:
-        """The cell cache verbatim, read again from disk."""
+        """The cell cache verbatim: as parsed with this record, else read again from disk (and
+        refused if the file changed into another cell meanwhile)."""
+        if self.parsed is not None:
+            return self.parsed
         record = _read_cell_record(self.path)
         if (record["scenarioId"], integer_or_none(record["rep"])) != (self.scenario_id, self.rep):
             raise RoundInputError(f"{self.path}: cell cache changed while the round was being read")
@@ -126,7 +135,7 @@ def _read_cell_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def read_cell(path: Path) -> CellRecord:
+def read_cell(path: Path, *, keep_parsed: bool = False) -> CellRecord:
     """Read one `cached-result.json` into a CellRecord; fail loud when it cannot be a campaign cell."""
     record = _read_cell_record(path)
     artifact = artifact_of(record)
@@ -152,34 +161,249 @@ def read_cell(path: Path) -> CellRecord:
             artifact_or_empty.get("wallS"),
             artifact_or_empty.get("judgeWallS"),
         ),
+        parsed=record if keep_parsed else None,
     )
 
 
-def _sub_directories(directory: Path) -> list[Path]:
+class PackedStrings(Sequence[str]):
+    """A list of strings kept as one buffer of their UTF-8 bytes and an array of end offsets.
+
+    A round lists one cell name and one settled call per cell: as str objects (~80 bytes
+    each) the manifest grew with the round, and every forked worker that touched a page of
+    them copied it. Packed, each costs its bytes plus an 8-byte offset, in two objects.
+    """
+
+    __slots__ = ("_data", "_ends")
+
+    def __init__(self, strings: Iterable[str] = ()) -> None:
+        self._data = bytearray()
+        self._ends = array("Q")
+        for string in strings:
+            self.append(string)
+
+    def append(self, string: str) -> None:
+        # surrogatepass: file names and JSON strings may hold lone surrogates.
+        self._data += string.encode("utf-8", "surrogatepass")
+        self._ends.append(len(self._data))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PackedStrings: ...
+
+    def __getitem__(self, index: int | slice) -> str | PackedStrings:
+        if isinstance(index, slice):
+            return PackedStrings(self[i] for i in range(*index.indices(len(self))))
+        index = range(len(self))[index]  # negative indexes; IndexError past the end
+        start = self._ends[index - 1] if index else 0
+        return self._data[start : self._ends[index]].decode("utf-8", "surrogatepass")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedStrings):
+            return (self._data, self._ends) == (other._data, other._ends)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedStrings({list(self)!r})"
+
+
+def _key_check(scenario_id: str, rep: int) -> int:
+    """A 32-bit checksum of a cell's (scenarioId, rep): enough to notice a file that became another cell."""
+    return zlib.crc32(f"{rep}\0{scenario_id}".encode("utf-8", "surrogatepass"))
+
+
+class CampaignCells(Sequence[CellRecord]):
+    """The cells of one campaign in (scenarioId, rep) order, each read from disk when reached.
+
+    Kept per cell: its directory name and a checksum of its (scenarioId, rep), in flat
+    buffers (about 45 bytes a cell); a CellRecord per cell made the manifest grow by about
+    1.7 KB a cell. A cell whose file changed into another cell since the manifest was read
+    is refused, as `CellRecord.record` does.
+    """
+
+    __slots__ = ("_key_checks", "_names", "directory")
+
+    def __init__(self, directory: Path, names: PackedStrings, key_checks: array) -> None:
+        self.directory, self._names, self._key_checks = directory, names, key_checks
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @overload
+    def __getitem__(self, index: int) -> CellRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> CampaignCells: ...
+
+    def __getitem__(self, index: int | slice) -> CellRecord | CampaignCells:
+        if isinstance(index, slice):
+            return CampaignCells(self.directory, self._names[index], self._key_checks[index])
+        index = range(len(self))[index]
+        path = self.cell_path(index)
+        cell = read_cell(path, keep_parsed=True)
+        if _key_check(cell.scenario_id, cell.rep) != self._key_checks[index]:
+            raise RoundInputError(f"{path}: cell cache changed while the round was being read")
+        return cell
+
+    def __iter__(self) -> Iterator[CellRecord]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def cell_path(self, index: int) -> Path:
+        """The `cached-result.json` of a cell, without reading it."""
+        return self.directory / self._names[index] / CELL_CACHE
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CampaignCells):
+            return (self.directory, self._names, self._key_checks) == (
+                other.directory,
+                other._names,
+                other._key_checks,
+            )
+        if isinstance(other, list):  # as the list of its records (reads every cell)
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CampaignCells({str(self.directory)!r}, {len(self)} cells)"
+
+
+class _CampaignTally:
+    """A campaign's cells as the manifest sums them, added one at a time in (scenarioId, rep) order.
+
+    Everything but the packed names and checks is of fixed size, whatever the campaign's size
+    (`instances` holds one id per instance, which the manifest lists).
+    """
+
+    def __init__(self, *, collect_commits: bool) -> None:
+        self.names = PackedStrings()
+        self.key_checks = array("I")
+        self.cached = 0
+        self.max_rep = -1
+        self.first_commit: str | None = None
+        # Distinct commits, only where more than one is an error (a candidate's cells).
+        self.commits: set[str] | None = set() if collect_commits else None
+        self.cost_sums: list[int | float] = [0] * len(_COST_FIELDS)
+        self.instances: list[str] = []  # distinct scenarioIds, in order, so sorted
+        # The instance being added (the last of `instances`): its cells, and whether all resolved.
+        self._instance_cells = 0
+        self._instance_resolved = True
+        # Instances whose every cell resolved, counted by their number of cells.
+        self._resolved_by_cells: dict[int, int] = {}
+
+    def add(self, name: str, cell: CellRecord) -> None:
+        self.names.append(name)
+        self.key_checks.append(_key_check(cell.scenario_id, cell.rep))
+        if not self.instances or self.instances[-1] != cell.scenario_id:
+            self._close_instance()
+            self.instances.append(cell.scenario_id)
+        self._instance_cells += 1
+        self._instance_resolved = self._instance_resolved and cell.resolved
+        self.cached += cell.cached
+        self.max_rep = max(self.max_rep, cell.rep)
+        if cell.commit is not None:
+            if self.first_commit is None:
+                self.first_commit = cell.commit
+            if self.commits is not None:
+                self.commits.add(cell.commit)
+        # In cell order, one addition at a time: the same float sums as summing the list.
+        for index, value in enumerate(cell.costs):
+            if is_number(value):
+                self.cost_sums[index] = self.cost_sums[index] + value
+
+    def _close_instance(self) -> None:
+        cells = self._instance_cells
+        if cells and self._instance_resolved:
+            self._resolved_by_cells[cells] = self._resolved_by_cells.get(cells, 0) + 1
+        self._instance_cells, self._instance_resolved = 0, True
+
+    def resolved_count(self, reps: int) -> int:
+        """Instances whose every one of `reps` replicates resolved (an errored cell is never resolved)."""
+        self._close_instance()
+        return self._resolved_by_cells.get(reps, 0)
+
+    def commit(self, campaign_dir: Path) -> str | None:
+        if self.commits is not None and len(self.commits) > 1:
+            commits = ", ".join(sorted(self.commits))
+            raise RoundInputError(f"{campaign_dir}: candidate cells name more than one commit: {commits}")
+        # The baseline takes its first cell's commit, in (scenarioId, rep) order, so the
+        # answer does not depend on the order the file system lists directories in.
+        return self.first_commit
+
+    def cost_json(self) -> dict[str, Any]:
+        """The manifest's `cost` of the campaign, but for its settled calls."""
+        totals = dict(zip(_COST_FIELDS, self.cost_sums, strict=True))
+        return {
+            "costUsd": totals["costUsd"],
+            "tokenUsage": {"input": totals["tokenInput"], "output": totals["tokenOutput"]},
+            "spentUsd": totals["spentUsd"],
+            "spentTokens": totals["spentTokens"],
+            "wallS": totals["wallS"],
+            "judgeWallS": totals["judgeWallS"],
+        }
+
+
+def _sorted_names(directory: Path) -> list[str]:
     try:
         with os.scandir(directory) as entries:
-            names = sorted(entry.name for entry in entries)
+            return sorted(entry.name for entry in entries)
     except OSError as error:
         raise RoundInputError(f"{directory}: cannot list directory ({error.strerror or error})") from error
-    return [directory / name for name in names]
 
 
-def read_campaign_cells(campaign_dir: Path) -> list[CellRecord]:
-    """Every cell of one campaign directory, sorted by (scenarioId, rep) in code-point order."""
-    cells: list[CellRecord] = []
-    for cell_dir in _sub_directories(campaign_dir):
-        cache = cell_dir / "cached-result.json"
-        # is_file() is False for anything that is not a readable regular file,
-        # including a symlink loop, so such a sub-directory is simply not a cell.
-        if cache.is_file():
-            cells.append(read_cell(cache))
-    cells.sort(key=lambda cell: (cell.scenario_id, cell.rep, str(cell.path)))
-    for previous, cell in itertools.pairwise(cells):
+def _sub_directories(directory: Path) -> list[Path]:
+    return [directory / name for name in _sorted_names(directory)]
+
+
+def _cell_names(campaign_dir: Path) -> list[str]:
+    # is_file() is False for anything that is not a readable regular file,
+    # including a symlink loop, so such a sub-directory is simply not a cell.
+    return [name for name in _sorted_names(campaign_dir) if (campaign_dir / name / CELL_CACHE).is_file()]
+
+
+def _read_campaign(campaign_dir: Path, *, is_baseline: bool) -> tuple[CampaignCells, _CampaignTally]:
+    """Every cell of one campaign directory, sorted by (scenarioId, rep) in code-point order,
+    and their tally; each cell file is read once, and none is kept.
+
+    Cell directories are usually named so that their order is the cells' order; a campaign
+    whose names are not (or that holds a duplicate) is read again and sorted in memory.
+    """
+    tally = _CampaignTally(collect_commits=not is_baseline)
+    names = _cell_names(campaign_dir)
+    previous: tuple[str, int] | None = None
+    for name in names:
+        cell = read_cell(campaign_dir / name / CELL_CACHE)
+        key = (cell.scenario_id, cell.rep)
+        if previous is not None and key <= previous:
+            return _read_campaign_sorting(campaign_dir, names, is_baseline=is_baseline)
+        previous = key
+        tally.add(name, cell)
+    return CampaignCells(campaign_dir, tally.names, tally.key_checks), tally
+
+
+def _read_campaign_sorting(
+    campaign_dir: Path, names: list[str], *, is_baseline: bool
+) -> tuple[CampaignCells, _CampaignTally]:
+    """`_read_campaign` for names out of cell order: holds the campaign's records while sorting them."""
+    named = [(name, read_cell(campaign_dir / name / CELL_CACHE)) for name in names]
+    named.sort(key=lambda item: (item[1].scenario_id, item[1].rep, str(item[1].path)))
+    for (_, previous), (_, cell) in itertools.pairwise(named):
         if (previous.scenario_id, previous.rep) == (cell.scenario_id, cell.rep):
             raise RoundInputError(
                 f"{cell.path}: duplicates cell {cell.scenario_id} rep {cell.rep} of {previous.path}"
             )
-    return cells
+    tally = _CampaignTally(collect_commits=not is_baseline)
+    for name, cell in named:
+        tally.add(name, cell)
+    return CampaignCells(campaign_dir, tally.names, tally.key_checks), tally
 
 
 # ---------------------------------------------------------------------------
@@ -194,15 +418,19 @@ class CampaignEntry:
     generation: int
     candidate_index: int
     campaign_dir: Path
-    cells: list[CellRecord]
+    cells: Sequence[CellRecord]
     commit: str | None
     diff_path: str | None
     shot_receipt_paths: list[str]
     reps: int
     resolved_count: int
     cells_cached: int
-    cost: dict[str, Any]
-    artifact_paths: list[str]
+    # `cost` without its settled calls, which a real round has one of per cell (packed).
+    cost_sums: dict[str, Any]
+    settled_calls: Sequence[str]
+    # The artifact files as a stored manifest lists them; None: found from the cells when asked
+    # (kept, they would be up to three paths per cell).
+    stored_artifact_paths: list[str] | None = None
 
     @property
     def candidate_id(self) -> str:
@@ -212,7 +440,26 @@ class CampaignEntry:
     def is_baseline(self) -> bool:
         return self.generation == BASELINE_GENERATION
 
+    @property
+    def cost(self) -> dict[str, Any]:
+        return {**self.cost_sums, "settledCallIds": list(self.settled_calls)}
+
+    @property
+    def artifact_paths(self) -> list[str]:
+        """The cells' result.json, judge.json and patch files that exist, in cell order."""
+        if self.stored_artifact_paths is not None:
+            return self.stored_artifact_paths
+        return [path for cell in self.cells for path in _artifact_paths(cell)]
+
     def to_json(self) -> dict[str, Any]:
+        # One pass over the cells (each file read once) for both per-cell lists.
+        per_instance: list[dict[str, Any]] = []
+        artifact_paths: list[str] = []
+        for cell in self.cells:
+            per_instance.append(_per_instance_row(cell))
+            artifact_paths += _artifact_paths(cell)
+        if self.stored_artifact_paths is not None:
+            artifact_paths = self.stored_artifact_paths
         return {
             "candidateId": self.candidate_id,
             "state": {
@@ -223,13 +470,13 @@ class CampaignEntry:
             },
             "action": {"diffPath": self.diff_path, "shotReceiptPaths": self.shot_receipt_paths},
             "outcome": {
-                "perInstance": [_per_instance_row(cell) for cell in self.cells],
+                "perInstance": per_instance,
                 "reps": self.reps,
                 "resolvedCount": self.resolved_count,
                 "cellsCached": self.cells_cached,
             },
             "cost": self.cost,
-            "artifactPaths": self.artifact_paths,
+            "artifactPaths": artifact_paths,
         }
 
 
@@ -241,6 +488,17 @@ def _per_instance_row(cell: CellRecord) -> dict[str, Any]:
         "error": cell.error if isinstance(cell.error, str) else None,
         "cellPath": str(cell.path),
     }
+
+
+def _artifact_paths(cell: CellRecord) -> list[str]:
+    paths: list[str] = []
+    if cell.run_dir is not None:
+        for name in ("result.json", "judge.json"):
+            if os.path.isfile(os.path.join(cell.run_dir, name)):
+                paths.append(os.path.join(cell.run_dir, name))
+    if cell.patch_path is not None and os.path.isfile(cell.patch_path):
+        paths.append(cell.patch_path)
+    return paths
 
 
 @dataclass
@@ -265,6 +523,15 @@ class RoundManifest:
             if (entry.generation, entry.candidate_index) == (generation, candidate_index):
                 return entry
         return None
+
+    def cell_paths(self) -> Iterator[str]:
+        """Every cell's `cached-result.json`, as `to_json` lists them, without reading any."""
+        for entry in self.entries:
+            cells = entry.cells
+            if isinstance(cells, CampaignCells):
+                yield from (str(cells.cell_path(index)) for index in range(len(cells)))
+            else:
+                yield from (str(cell.path) for cell in cells)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -291,6 +558,7 @@ def manifest_from_json(data: dict[str, Any]) -> RoundManifest:
     for generation in data["generations"]:
         for rollout in generation["rollouts"]:
             state, action, outcome = rollout["state"], rollout["action"], rollout["outcome"]
+            cost_sums = {key: value for key, value in rollout["cost"].items() if key != "settledCallIds"}
             entries.append(
                 CampaignEntry(
                     generation=state["generation"],
@@ -303,8 +571,9 @@ def manifest_from_json(data: dict[str, Any]) -> RoundManifest:
                     reps=outcome["reps"],
                     resolved_count=outcome["resolvedCount"],
                     cells_cached=outcome["cellsCached"],
-                    cost=rollout["cost"],
-                    artifact_paths=list(rollout["artifactPaths"]),
+                    cost_sums=cost_sums,
+                    settled_calls=list(rollout["cost"].get("settledCallIds", [])),
+                    stored_artifact_paths=list(rollout["artifactPaths"]),
                 )
             )
     cost_ledger = data.get("costLedger", {})
@@ -353,70 +622,20 @@ def discover_campaigns(out_dir: Path) -> list[tuple[int, int, Path]]:
     return campaigns + candidates
 
 
-def _campaign_commit(generation: int, campaign_dir: Path, cells: list[CellRecord]) -> str | None:
-    commits = sorted({cell.commit for cell in cells if cell.commit is not None})
-    if generation != BASELINE_GENERATION and len(commits) > 1:
-        raise RoundInputError(f"{campaign_dir}: candidate cells name more than one commit: {', '.join(commits)}")
-    # The baseline takes its first cell's commit, in (scenarioId, rep) order, so the
-    # answer does not depend on the order the file system lists directories in.
-    for cell in cells:
-        if cell.commit is not None:
-            return cell.commit
-    return None
-
-
-def _resolved_count(cells: list[CellRecord], reps: int) -> int:
-    """Instances whose every one of `reps` replicates resolved (an errored cell is never resolved)."""
-    by_instance: dict[str, list[CellRecord]] = {}
-    for cell in cells:
-        by_instance.setdefault(cell.scenario_id, []).append(cell)
-    return sum(
-        1
-        for replicates in by_instance.values()
-        if len(replicates) == reps and all(cell.resolved for cell in replicates)
-    )
-
-
-def _sum_numbers(values: list[Any]) -> int | float:
-    return sum(value for value in values if is_number(value))
-
-
-def _campaign_cost(cells: list[CellRecord], settled_calls: list[str]) -> dict[str, Any]:
-    totals = {name: _sum_numbers([cell.costs[index] for cell in cells]) for index, name in enumerate(_COST_FIELDS)}
-    return {
-        "costUsd": totals["costUsd"],
-        "tokenUsage": {"input": totals["tokenInput"], "output": totals["tokenOutput"]},
-        "spentUsd": totals["spentUsd"],
-        "spentTokens": totals["spentTokens"],
-        "wallS": totals["wallS"],
-        "judgeWallS": totals["judgeWallS"],
-        "settledCallIds": settled_calls,
-    }
-
-
-def _artifact_paths(cells: list[CellRecord]) -> list[str]:
-    paths: list[str] = []
-    for cell in cells:
-        if cell.run_dir is not None:
-            for name in ("result.json", "judge.json"):
-                if os.path.isfile(os.path.join(cell.run_dir, name)):
-                    paths.append(os.path.join(cell.run_dir, name))
-        if cell.patch_path is not None and os.path.isfile(cell.patch_path):
-            paths.append(cell.patch_path)
-    return paths
-
-
 @dataclass
 class CostLedger:
     """Settled cost-ledger receipts of a round, grouped by the campaign dir they were tagged with."""
 
-    settled_by_run_dir: dict[str, list[str]] = field(default_factory=dict)
+    settled_by_run_dir: dict[str, PackedStrings] = field(default_factory=dict)
     lines: int = 0
     skipped: int = 0
 
-    def settled_calls_for(self, campaign_dir: Path) -> list[str]:
+    def settled_calls_for(self, campaign_dir: Path) -> PackedStrings:
         keys = {str(campaign_dir), os.path.realpath(campaign_dir)}
-        return [call for key in sorted(keys) for call in self.settled_by_run_dir.get(key, [])]
+        found = [self.settled_by_run_dir[key] for key in sorted(keys) if key in self.settled_by_run_dir]
+        if len(found) == 1:
+            return found[0]
+        return PackedStrings(call for calls in found for call in calls)
 
 
 def read_cost_ledger(out_dir: Path) -> CostLedger:
@@ -444,12 +663,16 @@ def read_cost_ledger(out_dir: Path) -> CostLedger:
             tags = record.get("tags")
             run_dir = tags.get("runDir") if is_record(tags) else None
             if isinstance(call_id, str) and isinstance(run_dir, str):
-                ledger.settled_by_run_dir.setdefault(run_dir, []).append(call_id)
+                ledger.settled_by_run_dir.setdefault(run_dir, PackedStrings()).append(call_id)
     return ledger
 
 
 def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
-    """Join the round's own files into its manifest; RoundInputError on corrupt evidence."""
+    """Join the round's own files into its manifest; RoundInputError on corrupt evidence.
+
+    Its size does not grow with the round's cells beyond a few bytes each (CampaignCells,
+    PackedStrings): cells are read again when iterated.
+    """
     out_dir = resolve_out_dir(out_dir)
     if not out_dir.is_dir():
         raise RoundInputError(f"{out_dir}: round outDir does not exist or is not a directory")
@@ -459,15 +682,14 @@ def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
     entries: list[CampaignEntry] = []
     instances: list[str] = []
     for generation, candidate_index, campaign_dir in discover_campaigns(out_dir):
-        cells = read_campaign_cells(campaign_dir)
         is_baseline = generation == BASELINE_GENERATION
+        cells, tally = _read_campaign(campaign_dir, is_baseline=is_baseline)
         if is_baseline:
             if not cells:
                 continue
-            instances = sorted({cell.scenario_id for cell in cells})
-        commit = _campaign_commit(generation, campaign_dir, cells)
-        reps = max((cell.rep for cell in cells), default=-1) + 1
-        settled = cost_ledger.settled_calls_for(campaign_dir)
+            instances = tally.instances
+        commit = tally.commit(campaign_dir)
+        reps = tally.max_rep + 1
         entries.append(
             CampaignEntry(
                 generation=generation,
@@ -480,10 +702,10 @@ def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
                 if is_baseline
                 else _receipts_of(receipt_names, generation, candidate_index),
                 reps=reps,
-                resolved_count=_resolved_count(cells, reps),
-                cells_cached=sum(1 for cell in cells if cell.cached),
-                cost=_campaign_cost(cells, settled),
-                artifact_paths=_artifact_paths(cells),
+                resolved_count=tally.resolved_count(reps),
+                cells_cached=tally.cached,
+                cost_sums=tally.cost_json(),
+                settled_calls=cost_ledger.settled_calls_for(campaign_dir),
             )
         )
     return RoundManifest(
