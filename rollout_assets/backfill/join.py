@@ -36,7 +36,7 @@ from rollout_assets.sources.round import (
 )
 
 # Cells per batched opencode session query: bounds memory while keeping queries few.
-CELL_BATCH = 256
+CELL_BATCH = 512
 # A transcript may start up to this long before the shot's start or after its end.
 WINDOW_SLACK_MS = 120_000
 

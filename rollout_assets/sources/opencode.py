@@ -42,8 +42,11 @@ _SESSION_COLUMNS = (
 )
 _REQUIRED_SESSION_COLUMNS = {"id", "directory"}
 
-# SQLite's default limit on host parameters is 999 on old builds: stay below it.
-_DIRECTORY_BATCH = 500
+# Directories per session query. `session.directory` has no index in opencode's schema, so each
+# query scans the whole session table: the fewer queries, the less a large store costs (one per
+# 256 cells, a cost that grew with the square of the round at 500). SQLite allows 32766 host
+# parameters since 3.32, 999 before.
+_DIRECTORY_BATCH = 32_000 if sqlite3.sqlite_version_info >= (3, 32, 0) else 900
 
 
 @dataclass(frozen=True)
