@@ -59,18 +59,16 @@ def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
                     cwds += [cwd for cwd in listed if isinstance(cwd, str)]
 
     connection = sqlite3.connect(f"file:{opencode_db}?mode=ro", uri=True)
-    unique_cwds = sorted(set(cwds))
-    for start in range(0, len(unique_cwds), 500):
-        batch = unique_cwds[start : start + 500]
-        marks = ",".join("?" * len(batch))
-        session_ids = [row[0] for row in connection.execute(f"SELECT id FROM session WHERE directory IN ({marks})", batch)]
-        for session_id in session_ids:
-            for (data,) in connection.execute("SELECT data FROM message WHERE session_id = ?", (session_id,)):
-                parse(data.encode() if isinstance(data, str) else data)
-            for (data,) in connection.execute(
-                "SELECT p.data FROM part p JOIN message m ON m.id = p.message_id WHERE m.session_id = ?", (session_id,)
-            ):
-                parse(data.encode() if isinstance(data, str) else data)
+    wanted = set(cwds)
+    # One pass over the session table (`directory` has no index), then each session's rows.
+    session_ids = [row[0] for row in connection.execute("SELECT id, directory FROM session") if row[1] in wanted]
+    for session_id in session_ids:
+        for (data,) in connection.execute("SELECT data FROM message WHERE session_id = ?", (session_id,)):
+            parse(data.encode() if isinstance(data, str) else data)
+        for (data,) in connection.execute(
+            "SELECT p.data FROM part p JOIN message m ON m.id = p.message_id WHERE m.session_id = ?", (session_id,)
+        ):
+            parse(data.encode() if isinstance(data, str) else data)
     connection.close()
 
     shots = out / "proposer-shots"
