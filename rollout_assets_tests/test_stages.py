@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rollout_assets.backfill import parallel
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.demo import DemoLayout
 from rollout_assets.stages import (
@@ -48,7 +49,9 @@ def _run_stages(demo: DemoLayout, folder: Path, workers: int) -> RoundOutputs:
 
 
 @pytest.fixture()
-def staged(demo: DemoLayout, tmp_path: Path) -> RoundOutputs:
+def staged(demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RoundOutputs:
+    # Units of 3 cells: even a demo campaign is split over the two workers.
+    monkeypatch.setattr(parallel, "CELLS_PER_UNIT", 3)
     return _run_stages(demo, tmp_path / "stages-run", workers=2)
 
 

@@ -172,7 +172,9 @@ class ProposerUnit:
     """Every proposer shot of the round (they are few; one unit)."""
 
 
-def round_units(manifest: RoundManifest, cells_per_unit: int = CELLS_PER_UNIT) -> list[CellUnit | ProposerUnit]:
+def round_units(manifest: RoundManifest, cells_per_unit: int | None = None) -> list[CellUnit | ProposerUnit]:
+    # CELLS_PER_UNIT read at call time, so a test can cut a small round into many units.
+    cells_per_unit = cells_per_unit or CELLS_PER_UNIT
     units: list[CellUnit | ProposerUnit] = []
     for index, entry in enumerate(manifest.entries):
         for start in range(0, len(entry.cells), cells_per_unit):
