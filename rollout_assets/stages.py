@@ -50,7 +50,13 @@ from rollout_assets.backfill.parallel import (
 )
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl, validate_line
 from rollout_assets.sources.opencode import OpencodeStore
-from rollout_assets.sources.round import RoundInputError, RoundManifest, build_manifest, manifest_from_json
+from rollout_assets.sources.round import (
+    RoundInputError,
+    RoundManifest,
+    build_manifest,
+    list_cell_paths,
+    manifest_from_json,
+)
 
 ProgressLog = Callable[[str], None]
 
@@ -129,7 +135,7 @@ def read_json(path: Path) -> Any:
 
 def write_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
     """Build the manifest (fail loud on corrupt evidence) and store its JSON."""
-    manifest = build_manifest(out_dir)
+    manifest = build_manifest(out_dir, keep_rows=True)
     write_json_atomic(outputs.manifest, manifest.to_json())
     return manifest
 
@@ -149,21 +155,24 @@ def _cell_paths(manifest_json: dict[str, Any]) -> list[str]:
 
 
 def current_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
-    """Re-read the round's cells, refusing to go on if they differ from the stored manifest.
+    """The stored manifest with its cells, refusing to go on if the round's cells are no longer
+    the ones it lists.
 
     A round still being written (cells appearing or vanishing between two stages) would
-    otherwise give a ledger that matches neither state of the round.
+    otherwise give a ledger that matches neither state of the round. Listing the campaign
+    folders is enough here: each cell is read when its line is built, and a file that became
+    another cell is refused then.
     """
-    manifest = build_manifest(out_dir)
-    stored = set(_cell_paths(read_json(outputs.manifest)))
-    current = set(manifest.cell_paths())
+    stored_json = read_json(outputs.manifest)
+    stored = set(_cell_paths(stored_json))
+    current = set(list_cell_paths(out_dir))
     if stored != current:
         added, removed = sorted(current - stored), sorted(stored - current)
         raise RoundChangedError(
             f"round {out_dir} changed while being materialized: {len(added)} cell(s) added "
             f"{added[:3]}, {len(removed)} removed {removed[:3]}; re-materialize the round"
         )
-    return manifest
+    return manifest_from_json(stored_json, with_cells=True)
 
 
 # ---------------------------------------------------------------------------

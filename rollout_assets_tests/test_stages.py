@@ -116,3 +116,43 @@ def test_stats_stage_takes_the_ledger_stage_counters_when_the_ledger_is_unchange
     write_rollout_stats(staged)
 
     assert json.loads(staged.stats.read_text())["proposerShotsMissed"] == 12345
+
+
+def test_manifest_kept_rows_give_the_json_of_a_manifest_read_again(tmp_path: Path) -> None:
+    """The manifest stage keeps each cell's row while reading instead of reading every cell
+    twice; the JSON must be the same, on every demo round (round-003's cells are out of order)."""
+    from rollout_assets.demo import DEFAULT_ROUNDS, write_demo
+    from rollout_assets.sources.round import build_manifest
+
+    layout = write_demo(tmp_path / "demo", DEFAULT_ROUNDS)
+    for out_dir in layout.rounds:
+        kept = build_manifest(out_dir, keep_rows=True).to_json()
+        assert kept == build_manifest(out_dir).to_json()
+        assert sum(len(r["outcome"]["perInstance"]) for g in kept["generations"] for r in g["rollouts"]) > 0
+
+
+def test_cells_stage_refuses_a_round_whose_cells_changed_since_the_manifest(tmp_path: Path) -> None:
+    from rollout_assets.sources.round import RoundInputError
+    from rollout_assets.stages import RoundChangedError
+
+    layout = write_rounds(tmp_path / "demo")
+    out_dir = layout.rounds_root / ROUND
+    outputs = RoundOutputs(tmp_path / "ledger")
+    write_manifest(out_dir, outputs)
+    baseline = out_dir / "improve-run" / "baseline"
+    first_cell = min(path for path in baseline.iterdir() if (path / "cached-result.json").is_file())
+
+    # A cell that appeared: the listing no longer matches the stored manifest.
+    shutil.copytree(first_cell, baseline / "zz-new-cell")
+    with pytest.raises(RoundChangedError, match="1 cell\\(s\\) added"):
+        write_campaign_cells(out_dir, outputs, CAPTURED_AT)
+    shutil.rmtree(baseline / "zz-new-cell")
+
+    # A cell whose file now holds another cell: refused when its line is built.
+    cache = first_cell / "cached-result.json"
+    record = json.loads(cache.read_text())
+    record["scenarioId"] = "someone-else__1"
+    cache.write_text(json.dumps(record))
+    with pytest.raises(RoundInputError, match="changed while the round was being read"):
+        write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=1)
+    assert not outputs.campaign_cells.exists()

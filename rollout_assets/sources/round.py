@@ -283,8 +283,11 @@ class _CampaignTally:
     (`instances` holds one id per instance, which the manifest lists).
     """
 
-    def __init__(self, *, collect_commits: bool) -> None:
+    def __init__(self, *, collect_commits: bool, keep_rows: bool = False) -> None:
         self.names = PackedStrings()
+        # The manifest's per-cell lists, only when asked for (the manifest stage writes them).
+        self.rows: list[dict[str, Any]] | None = [] if keep_rows else None
+        self.artifact_paths: list[str] | None = [] if keep_rows else None
         self.key_checks = array("I")
         self.cached = 0
         self.max_rep = -1
@@ -301,6 +304,9 @@ class _CampaignTally:
 
     def add(self, name: str, cell: CellRecord) -> None:
         self.names.append(name)
+        if self.rows is not None and self.artifact_paths is not None:
+            self.rows.append(_per_instance_row(cell))
+            self.artifact_paths += _artifact_paths(cell)
         self.key_checks.append(_key_check(cell.scenario_id, cell.rep))
         if not self.instances or self.instances[-1] != cell.scenario_id:
             self._close_instance()
@@ -369,28 +375,30 @@ def _cell_names(campaign_dir: Path) -> list[str]:
     return [name for name in _sorted_names(campaign_dir) if (campaign_dir / name / CELL_CACHE).is_file()]
 
 
-def _read_campaign(campaign_dir: Path, *, is_baseline: bool) -> tuple[CampaignCells, _CampaignTally]:
+def _read_campaign(
+    campaign_dir: Path, *, is_baseline: bool, keep_rows: bool = False
+) -> tuple[CampaignCells, _CampaignTally]:
     """Every cell of one campaign directory, sorted by (scenarioId, rep) in code-point order,
     and their tally; each cell file is read once, and none is kept.
 
     Cell directories are usually named so that their order is the cells' order; a campaign
     whose names are not (or that holds a duplicate) is read again and sorted in memory.
     """
-    tally = _CampaignTally(collect_commits=not is_baseline)
+    tally = _CampaignTally(collect_commits=not is_baseline, keep_rows=keep_rows)
     names = _cell_names(campaign_dir)
     previous: tuple[str, int] | None = None
     for name in names:
         cell = read_cell(campaign_dir / name / CELL_CACHE)
         key = (cell.scenario_id, cell.rep)
         if previous is not None and key <= previous:
-            return _read_campaign_sorting(campaign_dir, names, is_baseline=is_baseline)
+            return _read_campaign_sorting(campaign_dir, names, is_baseline=is_baseline, keep_rows=keep_rows)
         previous = key
         tally.add(name, cell)
     return CampaignCells(campaign_dir, tally.names, tally.key_checks), tally
 
 
 def _read_campaign_sorting(
-    campaign_dir: Path, names: list[str], *, is_baseline: bool
+    campaign_dir: Path, names: list[str], *, is_baseline: bool, keep_rows: bool
 ) -> tuple[CampaignCells, _CampaignTally]:
     """`_read_campaign` for names out of cell order: holds the campaign's records while sorting them."""
     named = [(name, read_cell(campaign_dir / name / CELL_CACHE)) for name in names]
@@ -400,7 +408,7 @@ def _read_campaign_sorting(
             raise RoundInputError(
                 f"{cell.path}: duplicates cell {cell.scenario_id} rep {cell.rep} of {previous.path}"
             )
-    tally = _CampaignTally(collect_commits=not is_baseline)
+    tally = _CampaignTally(collect_commits=not is_baseline, keep_rows=keep_rows)
     for name, cell in named:
         tally.add(name, cell)
     return CampaignCells(campaign_dir, tally.names, tally.key_checks), tally
@@ -431,6 +439,9 @@ class CampaignEntry:
     # The artifact files as a stored manifest lists them; None: found from the cells when asked
     # (kept, they would be up to three paths per cell).
     stored_artifact_paths: list[str] | None = None
+    # The cells' per-instance rows as read by the manifest (build_manifest(keep_rows=True)) or
+    # stored; None: read from the cells when asked.
+    stored_per_instance: list[dict[str, Any]] | None = None
 
     @property
     def candidate_id(self) -> str:
@@ -455,9 +466,12 @@ class CampaignEntry:
         # One pass over the cells (each file read once) for both per-cell lists.
         per_instance: list[dict[str, Any]] = []
         artifact_paths: list[str] = []
-        for cell in self.cells:
-            per_instance.append(_per_instance_row(cell))
-            artifact_paths += _artifact_paths(cell)
+        if self.stored_per_instance is not None and self.stored_artifact_paths is not None:
+            per_instance, artifact_paths = self.stored_per_instance, self.stored_artifact_paths
+        else:
+            for cell in self.cells:
+                per_instance.append(_per_instance_row(cell))
+                artifact_paths += _artifact_paths(cell)
         if self.stored_artifact_paths is not None:
             artifact_paths = self.stored_artifact_paths
         return {
@@ -548,23 +562,38 @@ class RoundManifest:
         }
 
 
-def manifest_from_json(data: dict[str, Any]) -> RoundManifest:
-    """A manifest back from its `to_json()` form, without cell records (`cells` is empty).
+def _cells_from_rows(campaign_dir: Path, rows: list[dict[str, Any]]) -> CampaignCells:
+    """A campaign's cells as its stored per-instance rows list them, without reading any."""
+    names, checks = PackedStrings(), array("I")
+    for row in rows:
+        path = Path(row["cellPath"])
+        if path.parent.parent != campaign_dir or path.name != CELL_CACHE:
+            raise RoundInputError(f"{path}: stored manifest lists a cell outside its campaign {campaign_dir}")
+        names.append(path.parent.name)
+        checks.append(_key_check(row["scenarioId"], row["rep"]))
+    return CampaignCells(campaign_dir, names, checks)
 
-    Enough for every line that does not read cells (proposer lines, line context): a later
-    stage works from the same snapshot as the manifest stage without re-reading the round.
+
+def manifest_from_json(data: dict[str, Any], *, with_cells: bool = False) -> RoundManifest:
+    """A manifest back from its `to_json()` form.
+
+    Without `with_cells`, `cells` is empty: enough for every line that does not read cells
+    (proposer lines, line context). With it, each campaign's cells are those its rows list,
+    read from disk when iterated (and refused if a file became another cell). Either way a
+    later stage works from the same snapshot as the manifest stage.
     """
     entries = []
     for generation in data["generations"]:
         for rollout in generation["rollouts"]:
             state, action, outcome = rollout["state"], rollout["action"], rollout["outcome"]
             cost_sums = {key: value for key, value in rollout["cost"].items() if key != "settledCallIds"}
+            campaign_dir = Path(state["campaignDir"])
             entries.append(
                 CampaignEntry(
                     generation=state["generation"],
                     candidate_index=state["candidateIndex"],
-                    campaign_dir=Path(state["campaignDir"]),
-                    cells=[],
+                    campaign_dir=campaign_dir,
+                    cells=_cells_from_rows(campaign_dir, outcome["perInstance"]) if with_cells else [],
                     commit=state["commit"],
                     diff_path=action["diffPath"],
                     shot_receipt_paths=list(action["shotReceiptPaths"]),
@@ -667,11 +696,13 @@ def read_cost_ledger(out_dir: Path) -> CostLedger:
     return ledger
 
 
-def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
+def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) -> RoundManifest:
     """Join the round's own files into its manifest; RoundInputError on corrupt evidence.
 
     Its size does not grow with the round's cells beyond a few bytes each (CampaignCells,
-    PackedStrings): cells are read again when iterated.
+    PackedStrings): cells are read again when iterated. `keep_rows` keeps each cell's
+    per-instance row and artifact paths as well (for writing the manifest's JSON without
+    reading every cell a second time), at about 0.5 KB a cell.
     """
     out_dir = resolve_out_dir(out_dir)
     if not out_dir.is_dir():
@@ -683,7 +714,7 @@ def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
     instances: list[str] = []
     for generation, candidate_index, campaign_dir in discover_campaigns(out_dir):
         is_baseline = generation == BASELINE_GENERATION
-        cells, tally = _read_campaign(campaign_dir, is_baseline=is_baseline)
+        cells, tally = _read_campaign(campaign_dir, is_baseline=is_baseline, keep_rows=keep_rows)
         if is_baseline:
             if not cells:
                 continue
@@ -706,6 +737,8 @@ def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
                 cells_cached=tally.cached,
                 cost_sums=tally.cost_json(),
                 settled_calls=cost_ledger.settled_calls_for(campaign_dir),
+                stored_artifact_paths=tally.artifact_paths,
+                stored_per_instance=tally.rows,
             )
         )
     return RoundManifest(
@@ -717,6 +750,14 @@ def build_manifest(out_dir: str | os.PathLike[str]) -> RoundManifest:
         cost_ledger_skipped=cost_ledger.skipped,
         settled_call_ids=sum(len(calls) for calls in cost_ledger.settled_by_run_dir.values()),
     )
+
+
+def list_cell_paths(out_dir: str | os.PathLike[str]) -> Iterator[str]:
+    """The `cached-result.json` of every cell of the round, as the manifest lists them, found by
+    listing the campaign folders only (no file is read)."""
+    for _, _, campaign_dir in discover_campaigns(resolve_out_dir(out_dir)):
+        for name in _cell_names(campaign_dir):
+            yield str(campaign_dir / name / CELL_CACHE)
 
 
 def _candidate_diff_path(out_dir: Path, commit: str | None) -> str | None:
