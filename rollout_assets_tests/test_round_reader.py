@@ -760,3 +760,20 @@ def test_resolving_the_out_dir_keeps_a_symlinked_name(tmp_path: Path) -> None:
     link.symlink_to(real, target_is_directory=True)
 
     assert resolve_out_dir(link) == link
+
+
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_json_nested_exactly_to_the_limit_is_read_and_one_level_more_is_refused(as_bytes: bool) -> None:
+    from rollout_assets.sources.jsonfiles import MAX_NESTING, NotJson, parse_json
+
+    def nested(depth: int) -> str | bytes:
+        text = "[" * depth + "]" * depth
+        return text.encode() if as_bytes else text
+
+    assert parse_json(nested(MAX_NESTING)) is not None
+    with pytest.raises(NotJson, match="nested deeper"):
+        parse_json(nested(MAX_NESTING + 1))
+    # Objects count as levels too, and padding does not hide depth.
+    deep_object = '{"a":' * (MAX_NESTING + 1) + "1" + "}" * (MAX_NESTING + 1)
+    with pytest.raises(NotJson, match="nested deeper"):
+        parse_json(deep_object.encode() if as_bytes else deep_object)

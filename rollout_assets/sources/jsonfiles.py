@@ -66,8 +66,11 @@ def _not_too_deep(value: Any, text: str | bytes) -> Any:
     """`value`, unless it nests more than MAX_NESTING arrays/objects deep (NotJson then).
 
     A document cannot nest deeper than it has brackets, and counting them runs at memory
-    speed: only a document with more than MAX_NESTING of them is walked (iteratively).
+    speed: only a document with more than MAX_NESTING of them is walked (iteratively). Each
+    level takes two characters, so a short document (most message parts) needs no count.
     """
+    if len(text) <= 2 * MAX_NESTING:
+        return value
     if isinstance(text, bytes):
         brackets = text.count(b"[") + text.count(b"{")
     else:
