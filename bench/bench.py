@@ -157,14 +157,7 @@ def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
     home = root / "dagster_home"
     home.mkdir()
     shutil.copy(PROJECT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "ROLLOUT_ROUNDS_ROOT": str(layout.rounds_root),
-        "OPENCODE_DB": str(layout.opencode_db),
-        "CLAUDE_PROJECTS_DIR": str(layout.claude_projects_dir),
-        "ROLLOUT_LEDGER_ROOT": str(root / "ledgers"),
-    }
+    env = {**os.environ, "DAGSTER_HOME": str(home), **layout.environment(root / "ledgers")}
     # The partition must exist before `dagster asset materialize` can select it (not timed).
     subprocess.run(
         [str(BIN / "python"), "-c",

@@ -119,6 +119,16 @@ class DemoLayout:
     claude_projects_dir: Path  # ROOT/claude-projects
     rounds: tuple[Path, ...]  # the outDir of every round written by this call
 
+    def environment(self, ledger_root: Path) -> dict[str, str]:
+        """The variables that point the Dagster project's resources at this demo, writing
+        ledgers under `ledger_root` (what scripts/env.sh sets for ./demo)."""
+        return {
+            "ROLLOUT_ROUNDS_ROOT": str(self.rounds_root),
+            "OPENCODE_DB": str(self.opencode_db),
+            "CLAUDE_PROJECTS_DIR": str(self.claude_projects_dir),
+            "ROLLOUT_LEDGER_ROOT": str(ledger_root),
+        }
+
 
 @dataclass(frozen=True)
 class EdgeCaseSite:

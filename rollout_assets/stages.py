@@ -424,7 +424,7 @@ def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
             yield raw, orjson.loads(raw)
 
 
-def _file_identity(path: Path) -> list[int]:
+def file_identity(path: Path) -> list[int]:
     """Which file is at `path` now: a rewritten ledger has another inode, size or mtime."""
     stat = path.stat()
     return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
@@ -465,7 +465,7 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
             writer.write_encoded(raw)
             stats.observe(line)
     # The counters of exactly this file, for rollout_stats (which runs only once the checks pass).
-    write_json_atomic(outputs.ledger_stats, {"ledger": _file_identity(outputs.ledger), "counters": dataclasses.asdict(stats)})
+    write_json_atomic(outputs.ledger_stats, {"ledger": file_identity(outputs.ledger), "counters": dataclasses.asdict(stats)})
     return stats
 
 
@@ -476,7 +476,7 @@ def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
         counted = read_json(outputs.ledger_stats)
     except (OSError, ValueError):
         counted = None
-    if counted is not None and counted["ledger"] == _file_identity(outputs.ledger):
+    if counted is not None and counted["ledger"] == file_identity(outputs.ledger):
         stats = BackfillStats(**counted["counters"])
     else:
         stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))

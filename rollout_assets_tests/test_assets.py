@@ -383,13 +383,7 @@ def _dagster_home(folder: Path) -> Path:
 
 def _cli_env(home: Path, layout: DemoLayout, ledger_root: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
-    env.update(
-        DAGSTER_HOME=str(home),
-        ROLLOUT_ROUNDS_ROOT=str(layout.rounds_root),
-        OPENCODE_DB=str(layout.opencode_db),
-        CLAUDE_PROJECTS_DIR=str(layout.claude_projects_dir),
-        ROLLOUT_LEDGER_ROOT=str(ledger_root),
-    )
+    env.update(DAGSTER_HOME=str(home), **layout.environment(ledger_root))
     return env
 
 

@@ -104,10 +104,7 @@ def test_two_rounds_materialize_in_parallel_on_postgres_storage(tmp_path: Path, 
         **os.environ,
         **postgres.environment(),
         "DAGSTER_HOME": str(home),
-        "ROLLOUT_ROUNDS_ROOT": str(layout.rounds_root),
-        "OPENCODE_DB": str(layout.opencode_db),
-        "CLAUDE_PROJECTS_DIR": str(layout.claude_projects_dir),
-        "ROLLOUT_LEDGER_ROOT": str(tmp_path / "ledgers"),
+        **layout.environment(tmp_path / "ledgers"),
     }
     os.environ.update(postgres.environment())
     try:

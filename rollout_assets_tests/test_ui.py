@@ -63,10 +63,7 @@ def materialized_instance(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     shutil.copy(PROJECT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
     env = {
         "DAGSTER_HOME": str(home),
-        "ROLLOUT_ROUNDS_ROOT": str(layout.rounds_root),
-        "OPENCODE_DB": str(layout.opencode_db),
-        "CLAUDE_PROJECTS_DIR": str(layout.claude_projects_dir),
-        "ROLLOUT_LEDGER_ROOT": str(root / "ledgers"),
+        **layout.environment(root / "ledgers"),
         # The round is already materialized: keep the sensor from queueing it again.
         "ROLLOUT_QUIET_PERIOD_SECONDS": "1000000",
     }

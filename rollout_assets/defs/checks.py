@@ -24,6 +24,7 @@ from rollout_assets import audit
 from rollout_assets.defs.assets import campaign_cells, rollout_ledger, rollout_stats
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import LedgerRoot, OpencodeDatabase, RoundsRoot
+from rollout_assets.stages import file_identity
 
 
 class _RunRecounts:
@@ -49,8 +50,7 @@ class _RunRecounts:
         return self._inputs[1]
 
     def ledger(self, context: AssetCheckExecutionContext, ledger_path: Path) -> audit.LedgerRecount:
-        stat = ledger_path.stat()
-        key = (context.run.run_id, str(ledger_path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        key = (context.run.run_id, str(ledger_path), *file_identity(ledger_path))
         if self._ledger is None or self._ledger[0] != key:
             self._ledger = None
             self._ledger = (key, audit.recount_ledger(ledger_path))
@@ -58,6 +58,16 @@ class _RunRecounts:
 
 
 _RECOUNTS = _RunRecounts()
+
+
+def _inputs_and_ledger(
+    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+) -> tuple[audit.InputsRecount, audit.LedgerRecount]:
+    key = context.partition_key
+    return (
+        _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path),
+        _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger),
+    )
 
 
 def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
@@ -79,10 +89,8 @@ def every_cell_has_one_supervisor_line(
     context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
     """Every campaign cell of the round has exactly one supervisor line."""
-    key = context.partition_key
-    inputs = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path)
-    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
-    return _result(audit.supervisors_verdict(inputs, ledger), key)
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    return _result(audit.supervisors_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
@@ -90,10 +98,8 @@ def every_worker_session_accounted_for(
     context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
     """Every worker cwd of any result.json has a worker line; every opencode session of them appears once."""
-    key = context.partition_key
-    inputs = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path)
-    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
-    return _result(audit.workers_verdict(inputs, ledger), key)
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    return _result(audit.workers_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
@@ -101,10 +107,8 @@ def every_shot_receipt_has_one_proposer_line(
     context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
     """Every proposer shot receipt of the round has exactly one proposer line."""
-    key = context.partition_key
-    inputs = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path)
-    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
-    return _result(audit.proposers_verdict(inputs, ledger), key)
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    return _result(audit.proposers_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
