@@ -43,6 +43,7 @@ from rollout_assets.backfill.lines import LineContext
 from rollout_assets.backfill.parallel import (
     CELLS_PER_UNIT,
     CellUnit,
+    StorePerProcess,
     default_workers,
     round_units,
     unit_manifest,
@@ -294,24 +295,22 @@ class _WorkerSessionsProducer:
     """Worker lines of one unit of cell rows; each worker process opens its own store connection."""
 
     def __init__(self, cells_path: Path, opencode_db: str | os.PathLike[str], context: LineContext):
-        self.cells_path, self.opencode_db, self.context = cells_path, opencode_db, context
+        self.cells_path, self.stores, self.context = cells_path, StorePerProcess(opencode_db), context
 
     def __call__(self, unit: RowsUnit) -> Iterator[dict[str, Any]]:
         with open(self.cells_path, "rb") as handle:
             handle.seek(unit.start)
             chunk = handle.read(unit.stop - unit.start)
         rows = [orjson.loads(raw) for raw in chunk.splitlines()]
-        store = OpencodeStore.open(self.opencode_db)
-        try:
-            yield from episode_lines(
-                (CellRow(row["supervisor"], row["worker_cwds"]) for row in rows),
-                store,
-                self.context,
-                include_supervisors=False,
-            )
-        finally:
-            if store is not None:
-                store.close()
+        yield from episode_lines(
+            (CellRow(row["supervisor"], row["worker_cwds"]) for row in rows),
+            self.stores.get(),
+            self.context,
+            include_supervisors=False,
+        )
+
+    def close(self) -> None:
+        self.stores.close()
 
 
 @dataclass

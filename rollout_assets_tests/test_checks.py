@@ -356,6 +356,26 @@ def test_worker_list_check_names_a_cell_without_result_json(tmp_path: Path) -> N
     ]
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_inputs_recount_on_several_processes_equals_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Campaigns recounted in forked processes and merged in order give the one-pass recount,
+    the order of the cells without a worker list included."""
+    layout = write_rounds(tmp_path / "demo")
+    sites = edge_case_sites(layout.root, ROUND_SPEC)
+    (sites["composite_judge_score"].run_dir / "result.json").unlink()  # gen1-cand0
+    (sites["malformed_part"].run_dir / "result.json").write_text("{not json")  # gen0-cand1
+    out_dir = layout.rounds_root / ROUND
+    one = audit.recount_inputs(out_dir, layout.opencode_db, workers=1)
+
+    monkeypatch.setattr(audit, "_PARALLEL_MIN_CELLS", 0)  # the demo round is small
+    parts = audit.recount_inputs(out_dir, layout.opencode_db, workers=workers)
+
+    assert parts == one
+    assert len(one.cells_without_worker_list) == 2 and one.session_ids
+
+
 def test_worker_list_check_warns_without_failing_the_run(tmp_path: Path) -> None:
     layout = write_rounds(tmp_path / "demo")
     site = edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"]

@@ -23,6 +23,23 @@ from rollout_assets_tests.builders import (
 CWD = "/work/wt/worker-1"
 
 
+@pytest.fixture(autouse=True, params=["scanned", "indexed"])
+def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: sessions found by scanning the session table, and through the
+    directory index a worker process builds once (`index_directories`)."""
+    if request.param == "indexed":
+        open_plain = OpencodeStore.open
+
+        def open_indexed(path: str | os.PathLike[str]) -> OpencodeStore | None:
+            store = open_plain(path)
+            if store is not None:
+                store.index_directories()
+            return store
+
+        monkeypatch.setattr(OpencodeStore, "open", staticmethod(open_indexed))
+    return request.param
+
+
 def open_store(path: Path) -> OpencodeStore:
     store = OpencodeStore.open(path)
     assert store is not None
@@ -249,6 +266,23 @@ def test_more_than_500_directories_are_looked_up_in_batches(tmp_path: Path) -> N
     assert {cwd: [s.id for s in sessions] for cwd, sessions in found.items()} == {
         cwd: [f"s-{n:04d}"] for n, cwd in enumerate(directories)
     }
+
+
+def test_an_indexed_store_looks_sessions_up_without_scanning_the_session_table(tmp_path: Path) -> None:
+    path = write_opencode_db(tmp_path / "opencode.db", sessions=[session("s1", CWD), session("s2", "/w/other")])
+
+    with open_store(path) as store:
+        store.index_directories()  # a second call changes nothing
+        statements: list[str] = []
+        store._connection.set_trace_callback(statements.append)  # the SQL run, values inlined
+        found = store.sessions_by_directory([CWD])
+        store._connection.set_trace_callback(None)
+        (lookup_sql,) = statements
+        plan = [str(row[3]) for row in store._connection.execute(f"EXPLAIN QUERY PLAN {lookup_sql}")]
+
+    assert [s.id for s in found[CWD]] == ["s1"]
+    assert not any(step.startswith("SCAN") for step in plan), plan
+    assert any("session_directory_by_directory" in step for step in plan), plan
 
 
 def test_no_directories_give_no_sessions(tmp_path: Path) -> None:

@@ -66,3 +66,39 @@ def test_a_failing_unit_leaves_no_ledger_and_no_segments(demo, tmp_path: Path) -
         parallel.write_units(writer, list(range(6)), produce, workers=2)
     assert target.read_text() == "previous\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+_FORKED: dict = {}  # what a forked child inherits (a connection cannot be pickled to it)
+
+
+def _child_store_is_its_own() -> tuple[bool, list[str]]:
+    store = _FORKED["holder"].get()
+    found = store.sessions_by_directory(["/w/a"])
+    return store is not _FORKED["inherited"], [session.id for session in found["/w/a"]]
+
+
+def test_each_process_opens_its_own_indexed_store_and_closes_only_its_own(tmp_path: Path) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rollout_assets.backfill.parallel import StorePerProcess
+    from rollout_assets_tests.builders import session, write_opencode_db
+
+    path = write_opencode_db(tmp_path / "opencode.db", sessions=[session("s1", "/w/a"), session("s2", "/w/b")])
+    holder = StorePerProcess(path)
+    parent_store = holder.get()
+    assert holder.get() is parent_store  # one connection for every unit of this process
+
+    _FORKED.update(holder=holder, inherited=parent_store)
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            own, found = pool.submit(_child_store_is_its_own).result()
+    finally:
+        _FORKED.clear()
+
+    assert own and found == ["s1"]
+    # The child's exit did not touch the parent's connection; close() closes it.
+    assert [s.id for s in parent_store.sessions_by_directory(["/w/b"])["/w/b"]] == ["s2"]
+    holder.close()
+    with pytest.raises(Exception, match="closed"):
+        parent_store.sessions_by_directory(["/w/a"])

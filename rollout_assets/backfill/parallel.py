@@ -35,6 +35,8 @@ from rollout_assets.sources.round import CampaignEntry, CellRecord, RoundManifes
 # (opening the store, one batched session query) is noise.
 CELLS_PER_UNIT = 512
 
+# A unit's lines. A producer may also have `close()`, for what it opened in the process that
+# ran it; write_units calls it when the units ran in the calling process.
 Produce = Callable[[Any], Iterator[dict[str, Any]]]
 
 
@@ -76,6 +78,33 @@ def _run_unit(index: int, unit: Any) -> tuple[str, int, Tally]:
     return segment, lines, stats
 
 
+class StorePerProcess:
+    """One read-only connection to the opencode store per process, for every unit it runs.
+
+    A worker process runs many units; opening the store once lets it index the sessions by
+    directory once (`OpencodeStore.index_directories`) instead of scanning the session table
+    for every unit. A forked child never uses its parent's connection (SQLite connections do
+    not survive a fork): it opens its own on first use. Only the opening process closes one.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = path
+        self._owner: int | None = None
+        self._store: OpencodeStore | None = None
+
+    def get(self) -> OpencodeStore | None:
+        if self._owner != os.getpid():
+            self._owner, self._store = os.getpid(), OpencodeStore.open(self.path)
+            if self._store is not None:
+                self._store.index_directories()
+        return self._store
+
+    def close(self) -> None:
+        if self._owner == os.getpid() and self._store is not None:
+            self._store.close()
+        self._owner = self._store = None
+
+
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -103,12 +132,18 @@ def write_units(
     """Write the lines of every unit to `writer`, in unit order; returns the summed counters."""
     stats = new_tally()
     if workers <= 1 or len(units) <= 1:
-        for unit in units:
-            for line in produce(unit):
-                writer.write(line)
-                stats.observe(line)
-            if on_unit_done is not None:
-                on_unit_done(unit)
+        try:
+            for unit in units:
+                for line in produce(unit):
+                    writer.write(line)
+                    stats.observe(line)
+                if on_unit_done is not None:
+                    on_unit_done(unit)
+        finally:
+            # What the producer opened in this process (forked workers' end with them).
+            close = getattr(produce, "close", None)
+            if close is not None:
+                close()
         return stats
     global _TASK
     # Segments sit beside the output, named like its temp files, so a killed run's leftovers
@@ -188,18 +223,17 @@ class _RoundProducer:
 
     def __init__(self, manifest: RoundManifest, context: LineContext, opencode_db: Any, claude_projects_dir: Any):
         self.manifest, self.context = manifest, context
-        self.opencode_db, self.claude_projects_dir = opencode_db, claude_projects_dir
+        self.stores, self.claude_projects_dir = StorePerProcess(opencode_db), claude_projects_dir
 
     def __call__(self, unit: CellUnit | ProposerUnit) -> Iterator[dict[str, Any]]:
         if isinstance(unit, ProposerUnit):
             yield from proposer_lines(self.manifest, self.context, self.claude_projects_dir)
             return
-        store = OpencodeStore.open(self.opencode_db)
-        try:
-            yield from episode_lines(cell_rows(unit_manifest(self.manifest, unit), self.context), store, self.context)
-        finally:
-            if store is not None:
-                store.close()
+        store = self.stores.get()
+        yield from episode_lines(cell_rows(unit_manifest(self.manifest, unit), self.context), store, self.context)
+
+    def close(self) -> None:
+        self.stores.close()
 
 
 def unit_manifest(manifest: RoundManifest, unit: CellUnit) -> RoundManifest:

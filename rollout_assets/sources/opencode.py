@@ -76,6 +76,7 @@ class OpencodeStore:
         self.path = path
         self._connection = connection
         self._session_columns = session_columns
+        self._directory_indexed = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> OpencodeStore | None:
@@ -116,10 +117,29 @@ class OpencodeStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def index_directories(self) -> None:
+        """Index the sessions by directory, once, for a connection that will serve many lookups.
+
+        opencode's schema has no index on `session.directory`, so every `sessions_by_directory`
+        query scans the whole session table: a backfill of N units costs N scans, a cost that
+        grows with the square of the round. One scan here builds an index in the connection's
+        own temp database; the store file itself is never written. Where the temp database
+        cannot be written, lookups go on scanning.
+        """
+        if self._directory_indexed:
+            return
+        try:
+            self._connection.execute("CREATE TEMP TABLE session_directory AS SELECT directory, id FROM session")
+            self._connection.execute("CREATE INDEX temp.session_directory_by_directory ON session_directory (directory)")
+        except sqlite3.Error:
+            return
+        self._directory_indexed = True
+
     def sessions_by_directory(self, directories: Iterable[str]) -> dict[str, list[OpencodeSession]]:
         """Sessions whose `directory` is one of `directories`, oldest first per directory.
 
-        One indexed-or-scanned query per batch of directories, not one full scan per worker.
+        One query per batch of directories, not one per worker: an index lookup once
+        `index_directories` has run, else a scan of the session table.
         """
         wanted = list(dict.fromkeys(directories))
         found: dict[str, list[OpencodeSession]] = {}
@@ -129,9 +149,12 @@ class OpencodeStore:
         for start in range(0, len(wanted), _DIRECTORY_BATCH):
             batch = wanted[start : start + _DIRECTORY_BATCH]
             placeholders = ", ".join("?" for _ in batch)
+            if self._directory_indexed:
+                where = f"id IN (SELECT id FROM temp.session_directory WHERE directory IN ({placeholders}))"
+            else:
+                where = f"directory IN ({placeholders})"
             rows = self._connection.execute(
-                f"SELECT {select} FROM session WHERE directory IN ({placeholders}) ORDER BY time_created, id",
-                batch,
+                f"SELECT {select} FROM session WHERE {where} ORDER BY time_created, id", batch
             )
             for row in rows:
                 session = _session_from_row(row)

@@ -372,7 +372,10 @@ def _sub_directories(directory: Path) -> list[Path]:
 def _cell_names(campaign_dir: Path) -> list[str]:
     # is_file() is False for anything that is not a readable regular file,
     # including a symlink loop, so such a sub-directory is simply not a cell.
-    return [name for name in _sorted_names(campaign_dir) if (campaign_dir / name / CELL_CACHE).is_file()]
+    # Plain string paths: at tens of thousands of cells, building two Path objects per cell
+    # cost three times the stat calls themselves.
+    folder = str(campaign_dir)
+    return [name for name in _sorted_names(campaign_dir) if os.path.isfile(os.path.join(folder, name, CELL_CACHE))]
 
 
 def _read_campaign(
