@@ -5,8 +5,8 @@
 
 For each scale it generates one round with the demo generator (7 campaigns: the baseline and
 2 generations x 3 candidates; `--instances` x `--reps` cells each; `--workers` sessions of
-`--steps` steps per cell), then measures, each in its own process so peak memory is that
-process's own:
+`--steps` steps per cell). Then, `--repeat` times, it measures every scale in turn, each kind
+in its own process so peak memory is that process's own:
 
 - the parse floor (bench/parse_floor.py): every input byte the backfill needs, parsed once
   with `json`, nothing written;
@@ -127,7 +127,21 @@ def warm_page_cache(*paths: Path) -> None:
                     pass
 
 
-def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
+@dataclass
+class Prepared:
+    """One generated round and the three commands measured on it."""
+
+    scale: int
+    root: Path
+    out_dir: Path
+    input_bytes: int
+    generated_s: float
+    dagster_env: dict[str, str]
+    commands: dict[str, tuple[list[str], dict[str, str] | None]]
+
+
+def prepare_scale(workdir: Path, scale: int, args: argparse.Namespace) -> Prepared:
+    """Generate the round of one scale and set up what measuring it needs (nothing timed)."""
     root = workdir / f"x{scale}"
     if root.exists():
         shutil.rmtree(root)
@@ -149,63 +163,68 @@ def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
     out_dir = layout.rounds[0]
     size = input_bytes(out_dir, layout.opencode_db, layout.claude_projects_dir)
     print(f"x{scale}: generated {size / 2**20:.0f} MiB in {generated_s:.0f} s", flush=True)
-    # Every measurement starts from the same state: the generator's writes flushed to disk (so
-    # no measurement pays for writing them back) and the inputs read once into the page cache.
-    os.sync()
-    warm_page_cache(out_dir, layout.opencode_db, layout.claude_projects_dir)
-
     home = root / "dagster_home"
     home.mkdir()
     shutil.copy(PROJECT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(home), **layout.environment(root / "ledgers")}
-    # The partition must exist before `dagster asset materialize` can select it (not timed).
+    # The partition must exist before `dagster asset materialize` can select it.
     subprocess.run(
         [str(BIN / "python"), "-c",
          f"from dagster import DagsterInstance; DagsterInstance.get().add_dynamic_partitions('rounds', ['{out_dir.name}'])"],
         env=env, check=True, cwd=PROJECT, stderr=subprocess.DEVNULL,
     )
-    ledger = root / "cli-ledger.jsonl"
     commands = {
         "floor": ([str(BIN / "python"), "bench/parse_floor.py", str(out_dir), str(layout.opencode_db),
                    str(layout.claude_projects_dir)], None),
-        "backfill": ([str(BIN / "rollout-assets"), "backfill", str(out_dir), str(ledger), "--opencode-db",
-                      str(layout.opencode_db), "--claude-projects", str(layout.claude_projects_dir),
+        "backfill": ([str(BIN / "rollout-assets"), "backfill", str(out_dir), str(root / "cli-ledger.jsonl"),
+                      "--opencode-db", str(layout.opencode_db), "--claude-projects", str(layout.claude_projects_dir),
                       "--progress", "never"], None),
         "dagster": ([str(BIN / "dagster"), "asset", "materialize", "-m", "rollout_assets.definitions",
                      "--select", "group:rounds", "--partition", out_dir.name], env),
     }
-    # Each repetition measures the three in turn, so drift of the machine touches all alike; the
-    # fastest of each is kept (noise only ever adds time), with the highest memory peak seen.
-    best: dict[str, Measured] = {}
-    peaks: dict[str, float] = {}
-    step_times: dict = {}
-    for repetition in range(args.repeat):
-        for name, (command, command_env) in commands.items():
-            measured = measure_with_rusage(command, env=command_env)
-            print(f"x{scale}: {name} {measured.wall_s:.1f} s, {measured.peak_rss_mib:.0f} MiB (run {repetition + 1})", flush=True)
-            peaks[name] = max(peaks.get(name, 0.0), measured.peak_rss_mib)
-            if name not in best or measured.wall_s < best[name].wall_s:
-                best[name] = measured
-                if name == "dagster":
-                    step_times = json.loads(subprocess.run(
-                        [str(BIN / "python"), "bench/step_times.py", out_dir.name], env=env, check=True, cwd=PROJECT,
-                        capture_output=True, text=True,
-                    ).stdout)
-    floor, backfill, dagster = best["floor"], best["backfill"], best["dagster"]
+    # Every measurement starts from the same state: the generator's writes flushed to disk (so
+    # no measurement pays for writing them back) and the inputs read once into the page cache.
+    os.sync()
+    warm_page_cache(out_dir, layout.opencode_db, layout.claude_projects_dir)
+    return Prepared(scale, root, out_dir, size, generated_s, env, commands)
+
+
+Runs = dict[str, list[tuple[Measured, dict]]]
+
+
+def measure_once(prepared: Prepared, runs: Runs, repetition: int) -> None:
+    """Measure the floor, the backfill and Dagster on one round, in turn; append to `runs`."""
+    for name, (command, command_env) in prepared.commands.items():
+        measured = measure_with_rusage(command, env=command_env)
+        print(f"x{prepared.scale}: {name} {measured.wall_s:.1f} s, {measured.peak_rss_mib:.0f} MiB "
+              f"(run {repetition + 1})", flush=True)
+        steps: dict = {}
+        if name == "dagster":
+            steps = json.loads(subprocess.run(
+                [str(BIN / "python"), "bench/step_times.py", prepared.out_dir.name], env=prepared.dagster_env,
+                check=True, cwd=PROJECT, capture_output=True, text=True,
+            ).stdout)
+        runs.setdefault(name, []).append((measured, steps))
+
+
+def summarize(prepared: Prepared, runs: Runs, args: argparse.Namespace) -> dict:
+    """The figures of one scale from its runs (the median run of each kind by default)."""
+    chosen = {name: _chosen(measured, args.statistic) for name, measured in runs.items()}
+    peaks = {name: max(m.peak_rss_mib for m, _ in measured) for name, measured in runs.items()}
+    step_times = chosen["dagster"][1]
+    floor, backfill, dagster = (chosen[name][0] for name in ("floor", "backfill", "dagster"))
     floor.peak_rss_mib, backfill.peak_rss_mib, dagster.peak_rss_mib = peaks["floor"], peaks["backfill"], peaks["dagster"]
     stats = json.loads(backfill.stdout[: backfill.stdout.rindex("}") + 1])
-    dagster_ledger = root / "ledgers" / out_dir.name / "rollout-ledger.jsonl"
+    dagster_ledger = prepared.root / "ledgers" / prepared.out_dir.name / "rollout-ledger.jsonl"
     if sum(1 for _ in dagster_ledger.open("rb")) != stats["lines"]:
         raise SystemExit(f"{dagster_ledger} does not hold the backfill's {stats['lines']} lines")
-    if not args.keep:
-        shutil.rmtree(root)
     return {
-        "scale": scale,
+        "scale": prepared.scale,
         "cells": stats["byRole"].get("supervisor", 0),
         "sessions": stats["workerSessionsJoined"] + stats["workerSessionsEmpty"],
         "lines": stats["lines"],
-        "input_mib": size / 2**20,
-        "generate_s": generated_s,
+        "input_mib": prepared.input_bytes / 2**20,
+        "generate_s": prepared.generated_s,
         "floor_s": floor.wall_s,
         "floor_rss_mib": floor.peak_rss_mib,
         "backfill_s": backfill.wall_s,
@@ -216,7 +235,14 @@ def bench_scale(workdir: Path, scale: int, args: argparse.Namespace) -> dict:
         "dagster_rss_mib": dagster.peak_rss_mib,
         "dagster_run_s": step_times["run_s"],
         "dagster_steps": step_times["steps"],
+        "runs_s": {name: [round(m.wall_s, 1) for m, _ in measured] for name, measured in runs.items()},
     }
+
+
+def _chosen(runs: list[tuple[Measured, dict]], statistic: str) -> tuple[Measured, dict]:
+    """The run whose time counts: the median (the lower one of an even count) or the fastest."""
+    ordered = sorted(runs, key=lambda run: run[0].wall_s)
+    return ordered[0] if statistic == "min" else ordered[(len(ordered) - 1) // 2]
 
 
 def machine() -> str:
@@ -232,7 +258,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "",
         f"Measured by `bench/bench.py` ({' '.join(sys.argv[1:]) or 'defaults'}) on {machine()},",
         f"on {time.strftime('%Y-%m-%d')}. Each figure comes from one run of the script, all on the same files; each time",
-        f"is the fastest of {args.repeat} measurements taken in turn, each memory figure the highest peak seen.",
+        f"is the {'fastest' if args.statistic == 'min' else 'median'} of {args.repeat} measurements taken in turn "
+        "(all of them are listed below), each memory figure the highest peak seen.",
         "",
         ("| scale | cells | worker sessions | lines | inputs MiB | parse floor s | backfill s (CPU s) | backfill / floor "
         "| backfill peak MiB (PSS, all processes) | Dagster s | Dagster / backfill | Dagster peak MiB (PSS) |"),
@@ -252,8 +279,13 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
             f"Dagster x{r['dagster_s'] / base['dagster_s']:.2f}, peak memory of the backfill "
             f"{r['backfill_rss_mib']:.0f} MiB (x1: {base['backfill_rss_mib']:.0f} MiB)"
         )
+    lines += ["", "Every measurement, in seconds, in the order taken:", ""]
+    for r in results:
+        lines.append(
+            f"- x{r['scale']}: " + "; ".join(f"{name} {', '.join(f'{t:.1f}' for t in times)}" for name, times in r["runs_s"].items())
+        )
     lines += ["", "Where the Dagster materialization spends its time (seconds per step, from the run's events;",
-              "`total` is the whole command, start-up and imports included):", ""]
+              "`total` is the whole command, start-up and imports included; the run that counts):", ""]
     steps = list(results[0]["dagster_steps"])
     lines.append("| step | " + " | ".join(f"x{r['scale']}" for r in results) + " |")
     lines.append("|---|" + "---|" * len(results))
@@ -283,11 +315,24 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/rollout-assets-bench")
     parser.add_argument("--out", default=str(PROJECT / "docs" / "BENCHMARKS.md"))
     parser.add_argument("--keep", action="store_true", help="keep the generated rounds")
-    parser.add_argument("--repeat", type=int, default=2, help="measurements of each kind per scale; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements of each kind per scale")
+    parser.add_argument("--statistic", choices=["median", "min"], default="median", help="which measurement counts")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    results = [bench_scale(workdir, int(scale), args) for scale in args.scales.split(",")]
+    prepared = [prepare_scale(workdir, int(scale), args) for scale in args.scales.split(",")]
+    # Each repetition measures every scale, smallest first, and each kind in turn: this VM's speed
+    # drifts over minutes, and measuring one scale after the other would put that drift into the
+    # growth ratios. The median run of each kind counts by default: the host's load comes in
+    # bursts, and a short run can fall entirely into a quiet spell while a long one cannot.
+    runs: list[Runs] = [{} for _ in prepared]
+    for repetition in range(args.repeat):
+        for scale_runs, scale in zip(runs, prepared):
+            measure_once(scale, scale_runs, repetition)
+    results = [summarize(scale, scale_runs, args) for scale_runs, scale in zip(runs, prepared)]
+    if not args.keep:
+        for scale in prepared:
+            shutil.rmtree(scale.root)
     text = report(results, args)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
