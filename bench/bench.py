@@ -136,7 +136,6 @@ class Prepared:
     out_dir: Path
     input_bytes: int
     generated_s: float
-    dagster_env: dict[str, str]
     commands: dict[str, tuple[list[str], dict[str, str] | None]]
 
 
@@ -186,7 +185,7 @@ def prepare_scale(workdir: Path, scale: int, args: argparse.Namespace) -> Prepar
     # no measurement pays for writing them back) and the inputs read once into the page cache.
     os.sync()
     warm_page_cache(out_dir, layout.opencode_db, layout.claude_projects_dir)
-    return Prepared(scale, root, out_dir, size, generated_s, env, commands)
+    return Prepared(scale, root, out_dir, size, generated_s, commands)
 
 
 Runs = dict[str, list[tuple[Measured, dict]]]
@@ -201,7 +200,7 @@ def measure_once(prepared: Prepared, runs: Runs, repetition: int) -> None:
         steps: dict = {}
         if name == "dagster":
             steps = json.loads(subprocess.run(
-                [str(BIN / "python"), "bench/step_times.py", prepared.out_dir.name], env=prepared.dagster_env,
+                [str(BIN / "python"), "bench/step_times.py", prepared.out_dir.name], env=command_env,
                 check=True, cwd=PROJECT, capture_output=True, text=True,
             ).stdout)
         runs.setdefault(name, []).append((measured, steps))

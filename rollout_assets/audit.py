@@ -161,10 +161,9 @@ def _campaign_dirs(out_dir: Path) -> Iterator[tuple[str, Path]]:
                 yield f"gen{int(g[1])}-cand{int(c[1])}", improve / generation / candidate
 
 
-def _campaign_cells(candidate_id: str, campaign: Path) -> Iterator[_Cell]:
-    if not campaign.is_dir():
-        return
-    for name in _listdir(campaign):
+def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iterator[_Cell]:
+    """The cells among `names`, the listing of `campaign` (empty when it is no directory)."""
+    for name in names:
         cache = campaign / name / "cached-result.json"
         if not cache.is_file():
             continue
@@ -250,9 +249,9 @@ class _CellsRecount:
         self.without_list += later.without_list
 
 
-def _recount_campaign(candidate_id: str, campaign: Path) -> _CellsRecount:
+def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _CellsRecount:
     recount = _CellsRecount()
-    for cell in _campaign_cells(candidate_id, campaign):
+    for cell in _campaign_cells(candidate_id, campaign, names):
         recount.cells[(cell.candidate_id, cell.scenario_id, cell.rep)] += 1
         result = _result_json(cell.run_dir)
         if cell.run_dir is not None and result is None:
@@ -271,13 +270,14 @@ _PARALLEL_MIN_CELLS = 2_000
 def _recount_cells(out_dir: Path, workers: int | None) -> _CellsRecount:
     """The cells of every campaign, one campaign per task; on every core for a large round
     (reading two small JSON files per cell dominates the checks' recount of the inputs)."""
-    campaigns = list(_campaign_dirs(out_dir))
+    # Each campaign listed once: the listing both sizes the round and names its cells.
+    campaigns = [(candidate_id, campaign, _listdir(campaign)) for candidate_id, campaign in _campaign_dirs(out_dir)]
     workers = min(workers or len(os.sched_getaffinity(0)), len(campaigns))
-    total = sum(len(_listdir(campaign)) for _, campaign in campaigns)
+    total = sum(len(names) for _, _, names in campaigns)
     recount = _CellsRecount()
     if workers <= 1 or total < _PARALLEL_MIN_CELLS:
-        for candidate_id, campaign in campaigns:
-            recount.merge(_recount_campaign(candidate_id, campaign))
+        for campaign in campaigns:
+            recount.merge(_recount_campaign(*campaign))
         return recount
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
         for part in pool.map(_recount_campaign, *zip(*campaigns)):
