@@ -4,12 +4,18 @@
 
 Each step's seconds from its STEP_START to its STEP_SUCCESS (or STEP_FAILURE) event, in the
 order the steps started, plus the run's own span: where a Dagster materialization spends its time.
+The keys of the check steps are listed apart ("checks"), so the report can tell what the
+checks cost from what the asset steps cost.
 """
 
 import json
 import sys
 
 from dagster import DagsterEventType, DagsterInstance, RunsFilter
+
+from rollout_assets.defs.checks import ROUND_CHECKS
+
+CHECK_NAMES = tuple(key.name for checks in ROUND_CHECKS for key in checks.check_keys)
 
 
 def main(round_key: str) -> None:
@@ -32,6 +38,8 @@ def main(round_key: str) -> None:
     print(json.dumps({
         "run_s": logs[-1].timestamp - logs[0].timestamp,
         "steps": {key: round(seconds, 2) for _, key, seconds in sorted(steps)},
+        # A check's step key is its asset's name, "_", and the check's name.
+        "checks": [key for _, key, _ in sorted(steps) if key.endswith(CHECK_NAMES)],
     }))
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -423,6 +424,43 @@ def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
             yield raw, orjson.loads(raw)
 
 
+class WorkerLineRuns:
+    """The worker stage's file, handed out a run of whole lines at a time, as byte ranges.
+
+    Line ends are found in a read-only memory map, so the lines are never copied into Python
+    objects; the ranges are then copied file to file.
+    """
+
+    def __init__(self, path: Path):
+        self.path, self.position = path, 0
+
+    def __enter__(self) -> WorkerLineRuns:
+        self.file = open(self.path, "rb")
+        size = os.fstat(self.file.fileno()).st_size
+        # An empty file cannot be mapped; it holds no lines.
+        self._map: mmap.mmap | bytes = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self._map, mmap.mmap):
+            self._map.close()
+        self.file.close()
+
+    def next_lines(self, count: int) -> tuple[int, int]:
+        """(start, stop) of the next `count` lines; stop is -1 when the file ends before them."""
+        start = stop = self.position
+        for _ in range(count):
+            end = self._map.find(b"\n", stop)
+            if end < 0:
+                return start, -1
+            stop = end + 1
+        self.position = stop
+        return start, stop
+
+    def at_end(self) -> bool:
+        return self.position == len(self._map)
+
+
 def file_identity(path: Path) -> list[int]:
     """Which file is at `path` now: a rewritten ledger has another inode, size or mtime."""
     stat = path.stat()
@@ -435,7 +473,8 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
     Every line was validated by the stage that wrote it; here they are merged in ledger
     order (each supervisor, then its workers; then the proposers), worker and proposer lines
     copied as stored, so the file is the same the one-process backfill writes. The worker
-    lines are placed by the order their stage recorded, not parsed again.
+    lines are placed by the order their stage recorded, not parsed again: each cell's run of
+    them is found by counting line ends, and the kernel copies it.
     """
     summary = read_json(outputs.worker_sessions_summary)
     if outputs.worker_sessions.stat().st_size != summary["bytes"]:
@@ -446,16 +485,18 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
     stats = BackfillStats(**summary["counters"])
     runs = iter(summary["parents"])
     pending = next(runs, None)
-    with open(outputs.worker_sessions, "rb") as workers, AtomicJsonlWriter(outputs.ledger) as writer:
+    with WorkerLineRuns(outputs.worker_sessions) as workers, AtomicJsonlWriter(outputs.ledger) as writer:
         for row in read_cell_rows(outputs):
             supervisor = row.supervisor
             writer.write(supervisor)
             stats.observe(supervisor)
             if pending is not None and pending[0] == supervisor["rollout_id"]:
-                for _ in range(pending[1]):
-                    writer.write_encoded(workers.readline())
+                start, stop = workers.next_lines(pending[1])
+                if stop < 0:
+                    break  # fewer lines than recorded: reported below
+                writer.append_range(workers.file, start, stop - start, pending[1])
                 pending = next(runs, None)
-        if pending is not None or workers.readline():
+        if pending is not None or not workers.at_end():
             raise StageMismatchError(
                 f"{outputs.worker_sessions}: worker lines of {pending[0] if pending else 'some cell'} follow no "
                 f"supervisor of {outputs.campaign_cells} in order; re-materialize worker_sessions"

@@ -158,6 +158,73 @@ def test_writer_counts_lines_and_streams_to_a_hidden_temp_file(tmp_path: Path) -
     assert folder_entries(tmp_path) == ["rollouts.jsonl"]
 
 
+def _encoded_source(folder: Path) -> tuple[Path, list[bytes]]:
+    """A file of three encoded ledger lines (as a worker stage or segment holds them)."""
+    lines = [serialize_line(sample_worker_line(rollout_id=f"worker-{index}")).encode() + b"\n" for index in range(3)]
+    source = folder / "segment.jsonl"
+    source.write_bytes(b"".join(lines))
+    return source, lines
+
+
+def _append_middle_line_between_writes(path: Path, source: Path, lines: list[bytes]) -> None:
+    with LedgerWriter(path) as writer, open(source, "rb") as handle:
+        handle.seek(5)
+        writer.write(sample_line())
+        writer.append_range(handle, len(lines[0]), len(lines[1]), 1)
+        writer.write(sample_line(rollout_id="after"))
+        assert handle.tell() == 5  # the source's own position is left alone
+    assert writer.count == 3
+
+
+def test_append_range_puts_the_copied_lines_between_the_written_ones(tmp_path: Path) -> None:
+    source, lines = _encoded_source(tmp_path)
+    path = tmp_path / "rollouts.jsonl"
+
+    _append_middle_line_between_writes(path, source, lines)
+
+    assert path.read_bytes().splitlines(keepends=True) == [
+        serialize_line(sample_line()).encode() + b"\n",
+        lines[1],
+        serialize_line(sample_line(rollout_id="after")).encode() + b"\n",
+    ]
+
+
+def test_append_range_copies_through_a_buffer_across_filesystems(tmp_path: Path) -> None:
+    # The kernel refuses a copy between two filesystems (tmpfs to the test folder's): the
+    # writer must fall back to reading and writing, with the same result.
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test folder")
+    folder = shm / f"rollout-assets-test-{tmp_path.name}"
+    folder.mkdir()
+    try:
+        source, lines = _encoded_source(folder)
+        across, local = tmp_path / "across.jsonl", tmp_path / "local.jsonl"
+        _append_middle_line_between_writes(across, source, lines)
+        local_source, _ = _encoded_source(tmp_path)
+        _append_middle_line_between_writes(local, local_source, lines)
+    finally:
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+
+    assert across.read_bytes() == local.read_bytes()
+    assert across.read_bytes().splitlines(keepends=True)[1] == lines[1]
+
+
+def test_append_range_past_the_end_of_the_source_fails_and_writes_nothing(tmp_path: Path) -> None:
+    path, original = existing_ledger(tmp_path)
+    source, lines = _encoded_source(tmp_path)
+    size = sum(map(len, lines))
+
+    with pytest.raises(ValueError, match=f"segment.jsonl: {size} bytes expected from offset 1, only {size - 1}"):
+        with LedgerWriter(path) as writer, open(source, "rb") as handle:
+            writer.append_range(handle, 1, size, 3)
+
+    assert path.read_bytes() == original
+    assert folder_entries(tmp_path) == ["rollouts.jsonl", "segment.jsonl"]
+
+
 def test_bad_line_mid_stream_leaves_existing_ledger_untouched(tmp_path: Path) -> None:
     path, original = existing_ledger(tmp_path)
     bad_line = sample_worker_line(rollout_id="bad-1", generation="0")

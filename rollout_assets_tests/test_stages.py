@@ -93,6 +93,20 @@ def test_ledger_stage_refuses_worker_lines_that_follow_no_supervisor_in_order(st
     assert staged.ledger.read_bytes() == previous
 
 
+@pytest.mark.parametrize("change", [1, -1], ids=["more lines recorded than stored", "fewer lines recorded"])
+def test_ledger_stage_refuses_a_worker_order_that_does_not_match_the_lines(staged: RoundOutputs, change: int) -> None:
+    # Same file, same size, but the recorded order counts one line more (or less) for the
+    # last cell: the worker lines cannot be placed, and no ledger is written.
+    previous = staged.ledger.read_bytes()
+    summary = json.loads(staged.worker_sessions_summary.read_text())
+    summary["parents"][-1][1] += change
+    staged.worker_sessions_summary.write_text(json.dumps(summary))
+
+    with pytest.raises(StageMismatchError, match="follow no supervisor"):
+        write_rollout_ledger(staged)
+    assert staged.ledger.read_bytes() == previous
+
+
 def test_stats_stage_recounts_a_ledger_replaced_after_the_ledger_stage(staged: RoundOutputs) -> None:
     counted = json.loads(staged.stats.read_text())
     lines = staged.ledger.read_bytes().splitlines(keepends=True)

@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -192,10 +191,39 @@ class AtomicJsonlWriter:
     def append_file(self, path: StrPath, lines: int) -> None:
         """Append a file of `lines` lines already encoded by this writer's `encode` (a segment
         written by a worker process)."""
-        if self._file is None:
-            raise RuntimeError(f"{type(self).__name__}.append_file called outside its `with` block")
         with open(path, "rb") as segment:
-            shutil.copyfileobj(segment, self._file, 1 << 20)
+            self.append_range(segment, 0, os.fstat(segment.fileno()).st_size, lines)
+
+    def append_range(self, source: BinaryIO, offset: int, length: int, lines: int) -> None:
+        """Append `length` bytes of `source` from `offset`: `lines` whole lines already encoded
+        by this writer's `encode`. The kernel copies them (no pass through Python's buffers);
+        `source`'s own position is left where it was."""
+        if self._file is None:
+            raise RuntimeError(f"{type(self).__name__}.append_range called outside its `with` block")
+        # What was written before goes first. The kernel writes at, and advances, the file's
+        # offset, where the buffered file object's next flush writes too.
+        self._file.flush()
+        target = self._file.fileno()
+        copied = 0
+        try:
+            while copied < length:
+                step = os.copy_file_range(source.fileno(), target, length - copied, offset + copied)
+                if step == 0:
+                    break
+                copied += step
+        except OSError:
+            # A filesystem or kernel without it: copy through a buffer instead. Whatever the
+            # kernel already copied is kept, and the copy goes on from there.
+            while copied < length:
+                block = os.pread(source.fileno(), min(length - copied, 1 << 20), offset + copied)
+                if not block:
+                    break
+                self._file.write(block)
+                copied += len(block)
+            self._file.flush()
+        if copied != length:
+            raise ValueError(f"{getattr(source, 'name', source)}: {length} bytes expected from offset {offset}, "
+                             f"only {copied} there")
         self.count += lines
 
     def __exit__(
