@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -427,30 +426,45 @@ def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
 class WorkerLineRuns:
     """The worker stage's file, handed out a run of whole lines at a time, as byte ranges.
 
-    Line ends are found in a read-only memory map, so the lines are never copied into Python
-    objects; the ranges are then copied file to file.
+    Line ends are searched in blocks read one after the other, so neither the lines nor the
+    file become Python objects (nor pages of this process: a memory map of the file would
+    count in its resident memory); the ranges are then copied file to file.
     """
 
+    BLOCK = 1 << 20
+
     def __init__(self, path: Path):
-        self.path, self.position = path, 0
+        self.path = path
+        self.position = 0  # where the next line starts
+        self._block, self._block_start = b"", 0
 
     def __enter__(self) -> WorkerLineRuns:
         self.file = open(self.path, "rb")
-        size = os.fstat(self.file.fileno()).st_size
-        # An empty file cannot be mapped; it holds no lines.
-        self._map: mmap.mmap | bytes = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if isinstance(self._map, mmap.mmap):
-            self._map.close()
         self.file.close()
+
+    def _line_end(self, at: int) -> int:
+        """Offset of the first newline at or after `at`; -1 when the file has none."""
+        if not self._block_start <= at <= self._block_start + len(self._block):
+            self._block, self._block_start = b"", at
+        searched_from = at - self._block_start
+        while True:
+            found = self._block.find(b"\n", searched_from)
+            if found >= 0:
+                return self._block_start + found
+            # No line end from `at` to the end of the block: read the next one.
+            self._block_start += len(self._block)
+            self._block, searched_from = os.pread(self.file.fileno(), self.BLOCK, self._block_start), 0
+            if not self._block:
+                return -1
 
     def next_lines(self, count: int) -> tuple[int, int]:
         """(start, stop) of the next `count` lines; stop is -1 when the file ends before them."""
         start = stop = self.position
         for _ in range(count):
-            end = self._map.find(b"\n", stop)
+            end = self._line_end(stop)
             if end < 0:
                 return start, -1
             stop = end + 1
@@ -458,7 +472,7 @@ class WorkerLineRuns:
         return start, stop
 
     def at_end(self) -> bool:
-        return self.position == len(self._map)
+        return self.position == os.fstat(self.file.fileno()).st_size
 
 
 def file_identity(path: Path) -> list[int]:

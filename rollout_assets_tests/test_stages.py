@@ -19,6 +19,7 @@ from rollout_assets.demo import DemoLayout
 from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
+    WorkerLineRuns,
     write_campaign_cells,
     write_manifest,
     write_proposer_transcripts,
@@ -105,6 +106,27 @@ def test_ledger_stage_refuses_a_worker_order_that_does_not_match_the_lines(stage
     with pytest.raises(StageMismatchError, match="follow no supervisor"):
         write_rollout_ledger(staged)
     assert staged.ledger.read_bytes() == previous
+
+
+@pytest.mark.parametrize("block", [1 << 20, 3], ids=["whole file in a block", "lines across blocks"])
+def test_worker_line_runs_hand_out_whole_lines_as_byte_ranges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(WorkerLineRuns, "BLOCK", block)
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":22}\n{"c":333}\n')
+    with WorkerLineRuns(path) as runs:
+        assert runs.next_lines(2) == (0, 17)
+        assert not runs.at_end()
+        assert runs.next_lines(2) == (17, -1)  # one line left, not two
+        assert runs.next_lines(1) == (17, 27)
+        assert runs.at_end()
+        assert runs.next_lines(1) == (27, -1)
+
+    path.write_bytes(b"")
+    with WorkerLineRuns(path) as runs:  # a round without worker lines
+        assert runs.at_end()
+        assert runs.next_lines(1) == (0, -1)
 
 
 def test_stats_stage_recounts_a_ledger_replaced_after_the_ledger_stage(staged: RoundOutputs) -> None:
