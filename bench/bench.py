@@ -306,21 +306,30 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+# What the Dagster materialization adds to the backfill, part by part: (key, row label).
+_COST_PARTS = [
+    ("start_up", "start-up and shut-down (whole command less the run's span)"),
+    ("checks", "the checks' steps"),
+    ("assets", "the asset steps beyond the backfill (their sum less the backfill's time)"),
+    ("between", "between steps (the run's span less every step)"),
+]
+
+
+def _cost_parts(r: dict) -> dict[str, float]:
+    checks = sum(r["dagster_steps"][key] for key in r["dagster_check_steps"])
+    assets = sum(r["dagster_steps"].values()) - checks
+    return {
+        "start_up": r["dagster_s"] - r["dagster_run_s"],
+        "checks": checks,
+        "assets": assets - r["backfill_s"],
+        "between": r["dagster_run_s"] - assets - checks,
+    }
+
+
 def dagster_cost_model(results: list[dict]) -> list[str]:
     """What the Dagster materialization adds to the backfill, each part as a multiple of the
     backfill; and the least ratio any layout of the asset steps could reach with these checks."""
-
-    def parts(r: dict) -> dict[str, float]:
-        checks = sum(r["dagster_steps"][key] for key in r["dagster_check_steps"])
-        assets = sum(r["dagster_steps"].values()) - checks
-        return {
-            "start-up and shut-down (whole command less the run's span)": r["dagster_s"] - r["dagster_run_s"],
-            "the checks' steps": checks,
-            "the asset steps beyond the backfill (their sum less the backfill's time)": assets - r["backfill_s"],
-            "between steps (the run's span less every step)": r["dagster_run_s"] - assets - checks,
-        }
-
-    split = [parts(r) for r in results]
+    split = [(_cost_parts(r), r["backfill_s"]) for r in results]
     lines = [
         "What the Dagster materialization adds to the backfill, in seconds (and as a multiple of the",
         "backfill's time; the target leaves 0.30):",
@@ -328,14 +337,12 @@ def dagster_cost_model(results: list[dict]) -> list[str]:
         "| cost | " + " | ".join(f"x{r['scale']}" for r in results) + " |",
         "|---|" + "---|" * len(results),
     ]
-    for name in split[0]:
-        lines.append(f"| {name} | " + " | ".join(
-            f"{part[name]:.1f} ({part[name] / r['backfill_s']:.2f})" for part, r in zip(split, results)) + " |")
+    for key, label in _COST_PARTS:
+        lines.append(f"| {label} | " + " | ".join(f"{part[key]:.1f} ({part[key] / backfill:.2f})" for part, backfill in split) + " |")
     # Even asset steps that cost exactly the backfill, with nothing between them, leave the
     # start-up and the checks on top: no layout of the stages goes below this.
-    fixed = ["start-up and shut-down (whole command less the run's span)", "the checks' steps"]
     lines.append("| least Dagster / backfill with these checks: 1 + start-up + checks | " + " | ".join(
-        f"{1 + sum(part[name] for name in fixed) / r['backfill_s']:.2f}" for part, r in zip(split, results)) + " |")
+        f"{1 + (part['start_up'] + part['checks']) / backfill:.2f}" for part, backfill in split) + " |")
     return lines
 
 

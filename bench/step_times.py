@@ -35,11 +35,12 @@ def main(round_key: str) -> None:
         elif event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
             begin = started[entry.step_key]
             steps.append((begin, entry.step_key, entry.timestamp - begin))
+    seconds_by_step = {key: round(seconds, 2) for _, key, seconds in sorted(steps)}
     print(json.dumps({
         "run_s": logs[-1].timestamp - logs[0].timestamp,
-        "steps": {key: round(seconds, 2) for _, key, seconds in sorted(steps)},
+        "steps": seconds_by_step,
         # A check's step key is its asset's name, "_", and the check's name.
-        "checks": [key for _, key, _ in sorted(steps) if key.endswith(CHECK_NAMES)],
+        "checks": [key for key in seconds_by_step if key.endswith(CHECK_NAMES)],
     }))
 
 

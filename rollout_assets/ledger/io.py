@@ -220,7 +220,6 @@ class AtomicJsonlWriter:
                     break
                 self._file.write(block)
                 copied += len(block)
-            self._file.flush()
         if copied != length:
             raise ValueError(f"{getattr(source, 'name', source)}: {length} bytes expected from offset {offset}, "
                              f"only {copied} there")
