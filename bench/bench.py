@@ -15,6 +15,12 @@ in its own process so peak memory is that process's own:
   (`dagster asset materialize --select group:rounds --partition ROUND` on a fresh SQLite
   DAGSTER_HOME with the partition added): wall time, peak memory, and each step's time.
 
+Timed runs are not observed: sampling a process tree's memory reads /proc/PID/smaps_rollup,
+which walks the tree's page tables, and at 50 samples a second that took 7% of a core during
+a backfill and 14% during a Dagster run, a core the measured processes would otherwise have.
+Peak memory therefore comes from one more run of each kind per scale, sampled, whose time
+does not count.
+
 Before measuring, the generated files are flushed to disk and read once, so every measurement
 starts from the same warm page cache. It prints the ratios and writes them, with the machine,
 to docs/BENCHMARKS.md.
@@ -44,7 +50,7 @@ BIN = Path(sys.executable).parent
 class Measured:
     wall_s: float
     cpu_s: float
-    peak_rss_mib: float
+    peak_rss_mib: float | None  # None: a timed run, whose memory was not sampled
     stdout: str
 
 
@@ -86,24 +92,26 @@ class TreeMemorySampler(threading.Thread):
         self.join()
 
 
-def measure_with_rusage(command: list[str], env: dict[str, str] | None = None) -> Measured:
-    """Run `command`; its wall time, CPU time (with its children's) and the peak of its
-    whole process tree's memory (PSS)."""
+def measure_with_rusage(command: list[str], env: dict[str, str] | None = None, *, sample_memory: bool = False) -> Measured:
+    """Run `command`; its wall time and CPU time (with its children's) and, when
+    `sample_memory`, the peak of its whole process tree's memory (PSS)."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=PROJECT
     )
-    sampler = TreeMemorySampler(process.pid)
-    sampler.start()
+    sampler = TreeMemorySampler(process.pid) if sample_memory else None
+    if sampler is not None:
+        sampler.start()
     assert process.stdout is not None
     stdout = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
-    sampler.stop()
+    if sampler is not None:
+        sampler.stop()
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed with exit code {process.returncode}")
-    peak_mib = sampler.peak_kib / 1024
+    peak_mib = sampler.peak_kib / 1024 if sampler is not None else None
     return Measured(wall, usage.ru_utime + usage.ru_stime, peak_mib, stdout.decode())
 
 
@@ -191,12 +199,20 @@ def prepare_scale(workdir: Path, scale: int, args: argparse.Namespace) -> Prepar
 Runs = dict[str, list[tuple[Measured, dict]]]
 
 
+def measure_memory(prepared: Prepared) -> dict[str, Measured]:
+    """One sampled run of each kind on one round: its peak memory (its time does not count)."""
+    peaks = {}
+    for name, (command, command_env) in prepared.commands.items():
+        peaks[name] = measure_with_rusage(command, env=command_env, sample_memory=True)
+        print(f"x{prepared.scale}: {name} peak {peaks[name].peak_rss_mib:.0f} MiB (memory run)", flush=True)
+    return peaks
+
+
 def measure_once(prepared: Prepared, runs: Runs, repetition: int) -> None:
-    """Measure the floor, the backfill and Dagster on one round, in turn; append to `runs`."""
+    """Time the floor, the backfill and Dagster on one round, in turn; append to `runs`."""
     for name, (command, command_env) in prepared.commands.items():
         measured = measure_with_rusage(command, env=command_env)
-        print(f"x{prepared.scale}: {name} {measured.wall_s:.1f} s, {measured.peak_rss_mib:.0f} MiB "
-              f"(run {repetition + 1})", flush=True)
+        print(f"x{prepared.scale}: {name} {measured.wall_s:.1f} s (run {repetition + 1})", flush=True)
         steps: dict = {}
         if name == "dagster":
             steps = json.loads(subprocess.run(
@@ -206,13 +222,12 @@ def measure_once(prepared: Prepared, runs: Runs, repetition: int) -> None:
         runs.setdefault(name, []).append((measured, steps))
 
 
-def summarize(prepared: Prepared, runs: Runs, args: argparse.Namespace) -> dict:
-    """The figures of one scale from its runs (the median run of each kind by default)."""
+def summarize(prepared: Prepared, runs: Runs, memory: dict[str, Measured], args: argparse.Namespace) -> dict:
+    """The figures of one scale from its timed runs (the median run of each kind by default)
+    and its memory runs."""
     chosen = {name: _chosen(measured, args.statistic) for name, measured in runs.items()}
-    peaks = {name: max(m.peak_rss_mib for m, _ in measured) for name, measured in runs.items()}
     step_times = chosen["dagster"][1]
     floor, backfill, dagster = (chosen[name][0] for name in ("floor", "backfill", "dagster"))
-    floor.peak_rss_mib, backfill.peak_rss_mib, dagster.peak_rss_mib = peaks["floor"], peaks["backfill"], peaks["dagster"]
     stats = json.loads(backfill.stdout[: backfill.stdout.rindex("}") + 1])
     dagster_ledger = prepared.root / "ledgers" / prepared.out_dir.name / "rollout-ledger.jsonl"
     if sum(1 for _ in dagster_ledger.open("rb")) != stats["lines"]:
@@ -225,17 +240,18 @@ def summarize(prepared: Prepared, runs: Runs, args: argparse.Namespace) -> dict:
         "input_mib": prepared.input_bytes / 2**20,
         "generate_s": prepared.generated_s,
         "floor_s": floor.wall_s,
-        "floor_rss_mib": floor.peak_rss_mib,
+        "floor_rss_mib": memory["floor"].peak_rss_mib,
         "backfill_s": backfill.wall_s,
         "backfill_cpu_s": backfill.cpu_s,
-        "backfill_rss_mib": backfill.peak_rss_mib,
+        "backfill_rss_mib": memory["backfill"].peak_rss_mib,
         "dagster_s": dagster.wall_s,
         "dagster_cpu_s": dagster.cpu_s,
-        "dagster_rss_mib": dagster.peak_rss_mib,
+        "dagster_rss_mib": memory["dagster"].peak_rss_mib,
         "dagster_run_s": step_times["run_s"],
         "dagster_steps": step_times["steps"],
         "dagster_check_steps": step_times["checks"],
         "runs_s": {name: [round(m.wall_s, 1) for m, _ in measured] for name, measured in runs.items()},
+        "memory_runs_s": {name: round(m.wall_s, 1) for name, m in memory.items()},
     }
 
 
@@ -259,7 +275,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         f"Measured by `bench/bench.py` ({' '.join(sys.argv[1:]) or 'defaults'}) on {machine()},",
         f"on {time.strftime('%Y-%m-%d')}. Each figure comes from one run of the script, all on the same files; each time",
         f"is the {'fastest' if args.statistic == 'min' else 'median'} of {args.repeat} measurements taken in turn "
-        "(all of them are listed below), each memory figure the highest peak seen.",
+        "(all of them are listed below). Timed runs are not observed; each memory figure is the peak",
+        "of one more run of that kind, sampled every 20 ms (its time is listed, and does not count).",
         "",
         ("| scale | cells | worker sessions | lines | inputs MiB | parse floor s | backfill s (CPU s) | backfill / floor "
         "| backfill peak MiB (PSS, all processes) | Dagster s | Dagster / backfill | Dagster peak MiB (PSS) |"),
@@ -283,6 +300,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     for r in results:
         lines.append(
             f"- x{r['scale']}: " + "; ".join(f"{name} {', '.join(f'{t:.1f}' for t in times)}" for name, times in r["runs_s"].items())
+            + "; memory runs " + ", ".join(f"{name} {t:.1f}" for name, t in r["memory_runs_s"].items())
         )
     lines += ["", "Where the Dagster materialization spends its time (seconds per step, from the run's events;",
               "`total` is the whole command, start-up and imports included; the run that counts):", ""]
@@ -370,15 +388,18 @@ def main() -> None:
     for repetition in range(args.repeat):
         for scale_runs, scale in zip(runs, prepared):
             measure_once(scale, scale_runs, repetition)
-    results = [summarize(scale, scale_runs, args) for scale_runs, scale in zip(runs, prepared)]
-    if not args.keep:
-        for scale in prepared:
-            shutil.rmtree(scale.root)
+    memory = [measure_memory(scale) for scale in prepared]
+    results = [summarize(*measured, args) for measured in zip(prepared, runs, memory)]
     text = report(results, args)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     (workdir / "results.json").write_text(json.dumps(results, indent=2))
+    # Last: removing gigabytes takes minutes here (the disk is mounted with discard), and the
+    # figures must not wait for it, nor be lost if it is interrupted.
+    if not args.keep:
+        for scale in prepared:
+            shutil.rmtree(scale.root)
 
 
 if __name__ == "__main__":
