@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
@@ -80,6 +81,49 @@ def _is_inside(path: Path, folder: Path) -> bool:
     return True
 
 
+# Files SQLite keeps beside a database while it is open: writing any of them corrupts the store.
+_SQLITE_SIBLING_SUFFIXES = ("", "-wal", "-journal", "-shm")
+
+
+def _check_ledger_path(ledger_path: Path, out_dir: Path, opencode_db: str, claude_projects_dir: str) -> None:
+    """Raise _UsageError, before any work, unless OUT is a place the ledger may be written.
+
+    Inputs are read-only: nothing is ever written inside the round, over the opencode store
+    (or the files SQLite keeps beside it) or inside the Claude projects folder, whatever
+    symlinks lead there. And OUT must be a file path the writer can create: not a directory,
+    not under a file.
+    """
+    real_out = Path(os.path.realpath(ledger_path))
+    real_store = os.path.realpath(opencode_db)
+    store_files = {
+        Path(os.path.realpath(store + suffix))
+        for suffix in _SQLITE_SIBLING_SUFFIXES
+        for store in (real_store, opencode_db)
+    }
+    store_file = f"the opencode database {opencode_db}"
+    if real_out != Path(real_store):
+        store_file = f"{real_out}, a file SQLite keeps beside {store_file}"
+    refusals = [
+        (_is_inside(real_out, out_dir), f"refusing to write the ledger inside the round outDir {out_dir}"),
+        (real_out in store_files, f"refusing to write the ledger OUT {ledger_path} over {store_file}"),
+        (
+            _is_inside(real_out, Path(claude_projects_dir)),
+            f"refusing to write the ledger OUT {ledger_path} inside the Claude projects folder {claude_projects_dir}",
+        ),
+    ]
+    for refused, message in refusals:
+        if refused:
+            raise _UsageError(message)
+    if os.path.isdir(ledger_path):
+        raise _UsageError(f"OUT {ledger_path} is a directory: give the path of the ledger file to write")
+    # The writer creates missing folders; the nearest entry that exists must be a folder.
+    for ancestor in ledger_path.absolute().parents:
+        if os.path.lexists(ancestor):
+            if not os.path.isdir(ancestor):
+                raise _UsageError(f"cannot write OUT {ledger_path}: its parent {ancestor} is not a directory")
+            break
+
+
 class _ProgressBar:
     """A one-line progress bar over the round's cells on stderr."""
 
@@ -93,28 +137,45 @@ class _ProgressBar:
         sys.stderr.flush()
 
 
+def _json_text(value: Any) -> str:
+    """Indented JSON for stdout, non-ASCII kept; with ASCII escapes when it holds a lone
+    surrogate (a torn escape in an input), which no UTF-8 output can carry."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=2)
+    return text
+
+
 def run_backfill(args: argparse.Namespace) -> int:
     out_dir = resolve_out_dir(args.out_dir)
     ledger_path = Path(args.ledger_path)
-    if _is_inside(ledger_path, out_dir):
-        # Inputs are read-only: nothing is ever written inside a round.
-        raise _UsageError(f"refusing to write the ledger inside the round outDir {out_dir}")
+    _check_ledger_path(ledger_path, out_dir, args.opencode_db, args.claude_projects)
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    _, stats = backfill_to_file(
-        out_dir,
-        ledger_path,
-        opencode_db=args.opencode_db,
-        claude_projects_dir=args.claude_projects,
-        workers=args.workers,
-        on_cells_done=_ProgressBar() if show_progress else None,
-    )
-    print(json.dumps(stats.to_json(), indent=2, ensure_ascii=False))
+    try:
+        _, stats = backfill_to_file(
+            out_dir,
+            ledger_path,
+            opencode_db=args.opencode_db,
+            claude_projects_dir=args.claude_projects,
+            workers=args.workers,
+            on_cells_done=_ProgressBar() if show_progress else None,
+        )
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        # What the checks above cannot foresee (a name too long, a full disk, OUT turned into
+        # a folder meanwhile). The writer is atomic: whatever was at OUT is still there.
+        print(f"rollout-assets: error: ledger {args.ledger_path} not written: {error}", file=sys.stderr)
+        return 1
+    print(_json_text(stats.to_json()))
     print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
     return 0
 
 
 def run_manifest(args: argparse.Namespace) -> int:
-    print(json.dumps(build_manifest(args.out_dir).to_json(), indent=2, ensure_ascii=False))
+    print(_json_text(build_manifest(args.out_dir).to_json()))
     return 0
 
 

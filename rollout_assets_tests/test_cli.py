@@ -53,16 +53,34 @@ def round_copy(demo: DemoLayout, tmp_path: Path) -> Path:
     return Path(shutil.copytree(demo.rounds[0], tmp_path / "round"))
 
 
-def backfill_args(demo: DemoLayout, out_dir: Path, ledger: Path) -> list[str | Path]:
+def backfill_args(
+    demo: DemoLayout,
+    out_dir: Path,
+    ledger: Path,
+    *,
+    opencode_db: Path | None = None,
+    claude_projects_dir: Path | None = None,
+) -> list[str | Path]:
     return [
         "backfill",
         out_dir,
         ledger,
         "--opencode-db",
-        demo.opencode_db,
+        opencode_db or demo.opencode_db,
         "--claude-projects",
-        demo.claude_projects_dir,
+        claude_projects_dir or demo.claude_projects_dir,
     ]
+
+
+@pytest.fixture
+def stores(demo: DemoLayout, tmp_path: Path) -> tuple[Path, Path]:
+    """Private copies of the opencode store and the Claude projects folder, in one folder,
+    for runs that must not write into them (a run that did would not damage the shared demo)."""
+    folder = tmp_path / "stores"
+    folder.mkdir()
+    opencode_db = Path(shutil.copy2(demo.opencode_db, folder / "opencode.db"))
+    claude_projects_dir = Path(shutil.copytree(demo.claude_projects_dir, folder / "claude-projects"))
+    return opencode_db, claude_projects_dir
 
 
 def file_hashes(*roots: Path) -> dict[str, str]:
@@ -234,6 +252,136 @@ def test_backfill_leaves_the_round_and_both_stores_unchanged(demo: DemoLayout, t
     assert sorted(p.name for p in demo.root.iterdir()) == sibling_files
 
 
+@pytest.mark.parametrize(
+    "where", ["the-store", "its-wal", "its-journal", "its-shm", "the-store-through-a-symlinked-folder"]
+)
+def test_backfill_refuses_an_out_path_over_the_opencode_store(
+    demo: DemoLayout, stores: tuple[Path, Path], tmp_path: Path, where: str
+) -> None:
+    opencode_db, claude_projects_dir = stores
+    link = tmp_path / "innocent-looking"
+    link.symlink_to(opencode_db.parent, target_is_directory=True)
+    out = {
+        "the-store": opencode_db,
+        "its-wal": opencode_db.with_name("opencode.db-wal"),
+        "its-journal": opencode_db.with_name("opencode.db-journal"),
+        "its-shm": opencode_db.with_name("opencode.db-shm"),
+        "the-store-through-a-symlinked-folder": link / "opencode.db",
+    }[where]
+    store_bytes = opencode_db.read_bytes()
+    before = file_hashes(opencode_db.parent)
+
+    result = cli(
+        *backfill_args(
+            demo, demo.rounds[0], out, opencode_db=opencode_db, claude_projects_dir=claude_projects_dir
+        )
+    )
+
+    assert result.returncode == 2
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith(f"rollout-assets: error: refusing to write the ledger OUT {out} over ")
+    assert error.endswith(f"the opencode database {opencode_db}")
+    assert result.stdout == ""
+    assert opencode_db.read_bytes() == store_bytes
+    assert file_hashes(opencode_db.parent) == before  # no -wal, -journal, -shm, temp or lock file either
+
+
+@pytest.mark.parametrize("where", ["inside", "the-folder-itself", "through-a-symlink"])
+def test_backfill_refuses_an_out_path_inside_the_claude_projects_folder(
+    demo: DemoLayout, stores: tuple[Path, Path], tmp_path: Path, where: str
+) -> None:
+    opencode_db, claude_projects_dir = stores
+    project = next(p for p in claude_projects_dir.iterdir() if p.is_dir())
+    link = tmp_path / "innocent-looking"
+    link.symlink_to(project, target_is_directory=True)
+    out = {
+        "inside": project / "ledger.jsonl",
+        "the-folder-itself": claude_projects_dir,
+        "through-a-symlink": link / "ledger.jsonl",
+    }[where]
+    before = file_hashes(opencode_db.parent)
+
+    result = cli(
+        *backfill_args(
+            demo, demo.rounds[0], out, opencode_db=opencode_db, claude_projects_dir=claude_projects_dir
+        )
+    )
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"rollout-assets: error: refusing to write the ledger OUT {out} "
+        f"inside the Claude projects folder {claude_projects_dir}"
+    )
+    assert result.stdout == ""
+    assert file_hashes(opencode_db.parent) == before
+
+
+@pytest.mark.parametrize("where", ["a-directory", "under-a-file", "two-levels-under-a-file"])
+def test_backfill_refuses_an_out_path_it_cannot_write_in_one_line(
+    demo: DemoLayout, tmp_path: Path, where: str
+) -> None:
+    ledger = existing_ledger(tmp_path)
+    folder = ledger.parent
+    (folder / "a-directory.jsonl").mkdir()
+    (folder / "a-file").write_bytes(OLD_LEDGER)
+    out = {
+        "a-directory": folder / "a-directory.jsonl",
+        "under-a-file": folder / "a-file" / "out.jsonl",
+        "two-levels-under-a-file": folder / "a-file" / "sub" / "out.jsonl",
+    }[where]
+    problem = (
+        f"OUT {out} is a directory"
+        if where == "a-directory"
+        else f"cannot write OUT {out}: its parent {folder / 'a-file'} is not a directory"
+    )
+    before = file_hashes(folder)
+    entries = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+    result = cli(*backfill_args(demo, demo.rounds[0], out))
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f"rollout-assets: error: {problem}")
+    assert result.stdout == ""
+    assert file_hashes(folder) == before
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == entries
+
+
+def test_backfill_checks_out_before_reading_the_round(demo: DemoLayout, tmp_path: Path) -> None:
+    # The round does not exist: refusing OUT first shows nothing of the round was read before.
+    missing_round = tmp_path / "no-such-round"
+
+    result = cli(*backfill_args(demo, missing_round, tmp_path))
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith(f"rollout-assets: error: OUT {tmp_path} is a directory")
+
+
+@pytest.mark.parametrize(
+    "name_length",
+    [
+        300,  # longer than any file name may be (255 bytes)
+        240,  # a valid name, but the writer's temp file beside it (.<name>.<random>.tmp) is not
+    ],
+)
+def test_an_out_path_the_system_refuses_exits_1_with_one_line_naming_it_and_leaves_no_file(
+    demo: DemoLayout, tmp_path: Path, name_length: int
+) -> None:
+    ledger = existing_ledger(tmp_path)
+    out = ledger.parent / ("x" * (name_length - len(".jsonl")) + ".jsonl")
+
+    result = cli(*backfill_args(demo, demo.rounds[0], out))
+
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    [error] = result.stderr.splitlines()
+    assert error.startswith(f"rollout-assets: error: ledger {out} not written: ")
+    assert "File name too long" in error
+    assert result.stdout == ""
+    assert ledger.read_bytes() == OLD_LEDGER
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
+
+
 # ---------------------------------------------------------------------------
 # manifest, schema
 # ---------------------------------------------------------------------------
@@ -252,6 +400,20 @@ def test_manifest_prints_the_manifest_json(demo: DemoLayout) -> None:
         "gen0-cand1",
     ]
     assert manifest["runId"] == "improve-cli-round"
+
+
+def test_manifest_holding_a_lone_surrogate_prints_it_as_an_escape(round_copy: Path) -> None:
+    out_dir = round_copy
+    cache = next((out_dir / "improve-run" / "baseline").glob("*/cached-result.json"))
+    record = json.loads(cache.read_bytes())
+    record["scenarioId"] += "\ud83d"  # a torn emoji escape: text that has no UTF-8 form
+    cache.write_text(json.dumps(record))
+
+    result = cli("manifest", out_dir)
+
+    assert result.returncode == 0, result.stderr
+    assert "\\ud83d" in result.stdout
+    assert record["scenarioId"] in json.loads(result.stdout)["instances"]
 
 
 def test_manifest_of_a_missing_round_exits_1_with_one_line(tmp_path: Path) -> None:

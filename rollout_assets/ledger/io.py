@@ -79,6 +79,16 @@ def _encode_record(record: dict[str, Any]) -> bytes:
         return json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+def decode_record(raw: bytes) -> Any:
+    """A line this module wrote, parsed back: by orjson, or by the standard module where orjson
+    refuses what `_encode_record` writes (a lone surrogate's escape). For files this project
+    wrote itself (stage files); a file from elsewhere goes through `iter_jsonl`."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 def serialize_line(line: dict[str, Any]) -> str:
     """Validate one line and return its compact JSON, without the trailing newline."""
     _validate(line)
@@ -161,12 +171,22 @@ class AtomicJsonlWriter:
             raise RuntimeError(f"{type(self).__name__} for {self.path} is already open")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _acquire_lock(self.path)
-        _remove_stale_temp_files(self.path)
-        self._temp_path = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
-        # O_EXCL: never share a temp file with a concurrent writer. Mode 0o666 under the
-        # umask, so the ledger gets ordinary permissions (mkstemp would make it 0600).
-        descriptor = os.open(self._temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        self._file = os.fdopen(descriptor, "wb")
+        try:
+            _remove_stale_temp_files(self.path)
+            temp_path = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
+            # O_EXCL: never share a temp file with a concurrent writer. Mode 0o666 under the
+            # umask, so the ledger gets ordinary permissions (mkstemp would make it 0600).
+            descriptor = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            self._temp_path = temp_path
+            self._file = os.fdopen(descriptor, "wb")
+        except BaseException:
+            # __exit__ does not run when __enter__ raises: no temp or lock file may stay behind.
+            try:
+                self._discard()
+            finally:
+                _release_lock(self.path, self._lock)
+                self._lock = None
+            raise
         self.count = 0
         return self
 
