@@ -195,7 +195,7 @@ class InputsRecount:
 
     cells: Counter[tuple[str, str, int]]  # (candidate, scenario, rep): one supervisor line each
     worker_cwds: set[str]  # every worker cwd some result.json lists
-    cells_without_worker_list: list[str]  # cells whose arm ran but whose result.json is unreadable
+    cells_without_worker_list: list[str]  # cells whose workers ran but cannot be listed (see _recount_campaign)
     receipts: Counter[tuple[str, int]]  # (instance_id, shot): one proposer line each
     store_readable: bool
     session_ids: list[str]  # the opencode sessions of those cwds
@@ -254,12 +254,18 @@ def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _C
     for cell in _campaign_cells(candidate_id, campaign, names):
         recount.cells[(cell.candidate_id, cell.scenario_id, cell.rep)] += 1
         result = _result_json(cell.run_dir)
-        if cell.run_dir is not None and result is None:
-            recount.without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
         recovered = result.get("recoveredSpend") if result is not None else None
         listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
         if isinstance(listed, list):
             recount.cwds.update(cwd for cwd in listed if isinstance(cwd, str))
+        # Workers that ran but cannot be listed: no readable result.json, or one that counts
+        # spawned workers without naming their cwds.
+        reported = result is not None and any(
+            isinstance(result.get(key), (int, float)) and not isinstance(result.get(key), bool) and result[key] > 0
+            for key in ("spawned", "workers")
+        )
+        if (cell.run_dir is not None and result is None) or (reported and not isinstance(listed, list)):
+            recount.without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
     return recount
 
 

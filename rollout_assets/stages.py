@@ -27,9 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import Any, Self
 
 from rollout_assets.backfill import (
     BackfillStats,
@@ -49,7 +47,7 @@ from rollout_assets.backfill.parallel import (
     unit_manifest,
     write_units,
 )
-from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, iter_jsonl, validate_line
+from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, decode_record, iter_jsonl, validate_line
 from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.round import (
     RoundInputError,
@@ -110,13 +108,22 @@ class RoundOutputs:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    """One JSON document, replaced atomically like every other output."""
+    """One JSON document, replaced atomically like every other output.
+
+    Non-ASCII text is kept, unless the document holds a lone surrogate (a torn escape in an
+    input): UTF-8 cannot carry one, so that document is written with ASCII escapes, as a
+    ledger line is. The JSON value is the same either way.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    text = json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
     try:
-        with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(value, handle, indent=2, ensure_ascii=False, allow_nan=False)
-            handle.write("\n")
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(value, indent=2, allow_nan=False).encode("ascii")
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(data + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -279,7 +286,7 @@ def row_units(path: Path, rows_per_unit: int) -> list[RowsUnit]:
     candidate: str | None = None
     with open(path, "rb") as handle:
         for raw in handle:
-            row_candidate = orjson.loads(raw)["supervisor"]["candidate_id"]
+            row_candidate = decode_record(raw)["supervisor"]["candidate_id"]
             if rows and (row_candidate != candidate or rows == rows_per_unit):
                 units.append(RowsUnit(start, position, rows, candidate or ""))
                 start, rows = position, 0
@@ -301,7 +308,7 @@ class _WorkerSessionsProducer:
         with open(self.cells_path, "rb") as handle:
             handle.seek(unit.start)
             chunk = handle.read(unit.stop - unit.start)
-        rows = [orjson.loads(raw) for raw in chunk.splitlines()]
+        rows = [decode_record(raw) for raw in chunk.splitlines()]
         yield from episode_lines(
             (CellRow(row["supervisor"], row["worker_cwds"]) for row in rows),
             self.stores.get(),
@@ -420,7 +427,7 @@ def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
     """(the line as stored, the line parsed) of a stage file of ledger lines."""
     with open(path, "rb") as handle:
         for raw in handle:
-            yield raw, orjson.loads(raw)
+            yield raw, decode_record(raw)
 
 
 class WorkerLineRuns:
@@ -438,7 +445,7 @@ class WorkerLineRuns:
         self.position = 0  # where the next line starts
         self._block, self._block_start = b"", 0
 
-    def __enter__(self) -> WorkerLineRuns:
+    def __enter__(self) -> Self:
         self.file = open(self.path, "rb")
         return self
 

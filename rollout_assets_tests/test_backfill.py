@@ -9,9 +9,11 @@ cannot turn a test into a tautology.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from rollout_assets.backfill.ids import supervisor_rollout_id
 from rollout_assets.demo import (
     DEFAULT_ROUNDS,
     NON_ASCII_SAMPLE,
@@ -275,6 +278,18 @@ def test_a_supervisor_id_is_uuid5_of_run_role_candidate_scenario_and_rep(round_0
     assert supervisor["rollout_id"] == rollout_uuid(
         "improve-round-001|supervisor|baseline|astropy__astropy-12907|0"
     )
+
+
+def test_an_id_is_uuid5_of_its_name_and_defined_for_a_name_holding_a_lone_surrogate() -> None:
+    name = "run|supervisor|gen0-cand0|naïve-日本語|0"
+    assert supervisor_rollout_id("run", "gen0-cand0", "naïve-日本語", 0) == rollout_uuid(name)
+    torn = supervisor_rollout_id("run", "gen0-cand0", "astropy\ud83d", 0)
+    # uuid5's own algorithm over the name's bytes, the surrogate written as UTF-8 would be.
+    digest = hashlib.sha1(
+        uuid.uuid5(uuid.NAMESPACE_URL, "tangle.rollout.v1").bytes
+        + "run|supervisor|gen0-cand0|astropy\ud83d|0".encode("utf-8", "surrogatepass")
+    ).digest()
+    assert torn == str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def test_every_supervisor_id_follows_the_rule(round_001: Backfilled) -> None:
@@ -1051,7 +1066,7 @@ def test_a_shot_of_a_round_without_baseline_cells_has_no_reward(tmp_path: Path) 
 
     assert line["outcome"]["reward"] is None
     assert line["outcome"]["metrics"] == {
-        "resolved_count": 1,
+        "resolved_count": 0,
         "instance_count": 0,
         "exit_code": 0,
         "timed_out": None,

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance, instance_for_test, materialize
 
+from rollout_assets import audit
 from rollout_assets.backfill import gaps
 from rollout_assets.defs.assets import ROUND_ASSETS
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, InvalidRoundKey, round_key_problem
@@ -387,6 +388,26 @@ def test_opencode_database_of_garbage_bytes_gives_labeled_gap_lines(rnd: Round, 
     assert json.loads(result.stdout.rsplit("\nrollout ledger", 1)[0])["opencodeDbAvailable"] is False
 
 
+def test_opencode_database_with_a_damaged_session_table_gives_labeled_gap_lines(rnd: Round) -> None:
+    # The schema, message and part pages stay intact: only the session table's page is garbage,
+    # so the store opens and its first reads succeed; its sessions cannot be looked up.
+    with sqlite3.connect(rnd.db) as connection:
+        (page_size,) = connection.execute("PRAGMA page_size").fetchone()
+        (root,) = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = 'session'").fetchone()
+    connection.close()
+    with open(rnd.db, "r+b") as handle:
+        handle.seek((root - 1) * page_size)
+        handle.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+
+    result = cli_backfill(rnd)
+
+    after = backfilled(result, rnd)
+    assert_every_worker_is_one_store_gap(rnd, after)
+    assert json.loads(result.stdout.rsplit("\nrollout ledger", 1)[0])["opencodeDbAvailable"] is False
+    # The checks' own recount reads the store as unreadable too, so they expect these gaps.
+    assert audit.recount_inputs(rnd.out_dir, rnd.db).store_readable is False
+
+
 def test_missing_opencode_database_gives_labeled_gap_lines(rnd: Round, tmp_path: Path) -> None:
     result = cli_backfill(rnd, opencode_db=tmp_path / "no-such" / "opencode.db")
 
@@ -701,6 +722,33 @@ def test_nan_in_a_result_json_reads_as_unreadable_and_is_labeled(rnd: Round) -> 
     assert new["outcome"]["metrics"]["sup_status"] is None
 
 
+def test_result_json_counting_workers_without_listing_them_is_labeled(rnd: Round) -> None:
+    cache = rnd.cell_cache("gen-0/candidate-1", "django__django-11532")
+    result_json = rnd.run_dir(cache) / "result.json"
+    result = json.loads(result_json.read_bytes())
+    assert result["spawned"] > 0
+    del result["recoveredSpend"]["workerCwds"]
+    result_json.write_text(json.dumps(result))
+
+    completed = cli_backfill(rnd)
+    after = backfilled(completed, rnd)
+
+    supervisor = rnd.supervisor("gen0-cand1", "django__django-11532")
+    workers = {line["rollout_id"] for line in rnd.workers_of(supervisor)}
+    assert len(workers) == 2
+    changed = changed_lines(rnd.before, after, removed=workers)
+    assert set(changed) == {supervisor["rollout_id"]}
+    old, new = changed[supervisor["rollout_id"]]
+    # The workers ran, yet none can be named: the supervisor line says so, as the stats do.
+    assert new["provenance"]["gap"] == gaps.supervisor_gap(False, workers_unlisted=True)
+    assert gaps.gap_kind(new["provenance"]["gap"]) == gaps.KIND_WORKER_LIST_MISSING
+    assert new["outcome"]["metrics"].pop("worker_list_missing") is True
+    old["provenance"]["gap"] = new["provenance"]["gap"]
+    assert new == old
+    assert json.loads(completed.stdout.rsplit("\nrollout ledger → ", 1)[0])["cellsWithoutWorkerList"] == 1
+    assert audit.cells_without_worker_list(rnd.out_dir) == ["gen0-cand1/django__django-11532/rep0"]
+
+
 def test_infinity_in_a_shot_receipt_reads_like_an_unreadable_receipt(rnd: Round) -> None:
     receipt_path = rnd.out_dir / "proposer-shots" / "atlas" / "gen0-cand1-shot0.json"
     original = receipt_path.read_bytes()
@@ -716,6 +764,67 @@ def test_infinity_in_a_shot_receipt_reads_like_an_unreadable_receipt(rnd: Round)
     assert new["policy"]["harness"] is None and new["outcome"]["metrics"]["exit_code"] is None
     assert new["cost"]["usd"] is None  # never Infinity, never 0
     assert [stripped(line) for line in with_infinity] == [stripped(line) for line in with_garbage]
+
+
+def test_numbers_beyond_a_double_read_as_null_and_change_only_their_fields(rnd: Round) -> None:
+    # JSON.parse makes 1e400 Infinity and the seed writes it as null; a line holds finite numbers.
+    receipt_path = rnd.out_dir / "proposer-shots" / "atlas" / "gen0-cand1-shot0.json"
+    receipt = json.loads(receipt_path.read_bytes())
+    receipt_path.write_text(
+        json.dumps(receipt).replace(f'"costUsd": {receipt["receipt"]["costUsd"]}', '"costUsd": 1e400', 1)
+        .replace(f'"durationMs": {receipt["receipt"]["durationMs"]}', '"durationMs": -1e400', 1)
+    )
+    cache = rnd.cell_cache()
+    cache.write_bytes(cache.read_bytes().replace(b'"costUsd":', b'"costUsd":' + b"9" * 400 + b',"was":', 1))
+
+    after = backfilled(cli_backfill(rnd), rnd)
+
+    proposer = rnd.proposer_of("gen0-cand1-atlas")
+    supervisor = rnd.supervisor("gen0-cand0", "astropy__astropy-12907")
+    changed = changed_lines(rnd.before, after)
+    assert set(changed) == {proposer["rollout_id"], supervisor["rollout_id"]}
+    old, new = changed[proposer["rollout_id"]]
+    assert (new["cost"]["usd"], new["cost"]["wall_s"]) == (None, None)
+    old["cost"]["usd"] = old["cost"]["wall_s"] = None
+    assert new == old
+    old, new = changed[supervisor["rollout_id"]]
+    assert new["cost"]["usd"] is None
+    old["cost"]["usd"] = None
+    assert new == old
+
+
+def test_costs_whose_sum_overflows_are_reported_as_null_in_strict_json(rnd: Round) -> None:
+    for receipt_path in sorted((rnd.out_dir / "proposer-shots").rglob("*.json")):
+        receipt = json.loads(receipt_path.read_bytes())
+        receipt["receipt"]["costUsd"] = 1.5e308  # finite; two of them are not
+        receipt_path.write_text(json.dumps(receipt))
+
+    result = cli_backfill(rnd)
+    backfilled(result, rnd)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the stats: not JSON")
+
+    stats = json.loads(result.stdout.rsplit("\nrollout ledger → ", 1)[0], parse_constant=refuse)
+    assert stats["costUsdByRole"]["proposer"] == {"usd": None, "linesWithCost": SHOTS}
+
+
+def test_infinite_numbers_in_a_session_row_read_as_null(rnd: Round) -> None:
+    worker = first_worker(rnd)
+    with sqlite3.connect(rnd.db) as connection:
+        connection.execute(
+            "UPDATE session SET cost = 1e999, time_updated = 1e999, agent = X'00' WHERE id = ?", (session_of(worker),)
+        )
+    connection.close()
+
+    after = backfilled(cli_backfill(rnd), rnd)
+
+    changed = changed_lines(rnd.before, after)
+    assert set(changed) == {worker["rollout_id"]}
+    old, new = changed[worker["rollout_id"]]
+    assert (new["cost"]["usd"], new["cost"]["wall_s"], new["outcome"]["metrics"]["session_agent"]) == (None, None, None)
+    old["cost"]["usd"] = old["cost"]["wall_s"] = old["outcome"]["metrics"]["session_agent"] = None
+    assert new == old
 
 
 def test_part_nested_100000_deep_is_skipped_and_the_rest_kept(rnd: Round) -> None:
@@ -1038,3 +1147,62 @@ def test_result_json_nested_100000_deep_is_labeled_and_the_checks_pass(
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert all(e.passed for name, e in evaluations.items() if name != "every_cell_lists_its_workers")
     assert evaluations["every_cell_lists_its_workers"].passed is False  # the WARN names the cell
+
+
+# ---------------------------------------------------------------------------
+# Lone surrogates: a torn `\ud83d` escape in an input is text the ledger carries as an escape
+# ---------------------------------------------------------------------------
+
+TORN = "\ud83d"  # half of an emoji's UTF-16 pair: no UTF-8 form
+
+
+def test_a_lone_surrogate_in_a_scenario_id_is_kept_in_the_ledger_and_the_manifest(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    layout = write_demo(tmp_path / "demo", rounds=[SPEC])
+    cache = layout.rounds[0] / "improve-run" / "gen-0" / "candidate-0" / "astropy__astropy-12907__rep0"
+    record = json.loads((cache / "cached-result.json").read_bytes())
+    record["scenarioId"] += TORN
+    (cache / "cached-result.json").write_text(json.dumps(record))  # ASCII: the escape as written
+    ledger = tmp_path / "out.jsonl"
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "rollout_assets.cli", "backfill", str(layout.rounds[0]), str(ledger),
+         "--opencode-db", str(layout.opencode_db), "--claude-projects", str(layout.claude_projects_dir)],
+        capture_output=True, text=True, encoding="utf-8", timeout=120, check=False,
+    )
+    result = materialize_round(instance, round_resources(layout, tmp_path / "ledgers"), SPEC.name)
+
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert b"\\ud83d" in ledger.read_bytes()
+    torn = [line for line in read_ledger_dicts(ledger) if line["task"]["instance_id"].endswith(TORN)]
+    assert [line["role"] for line in torn] == ["supervisor", "worker", "worker"]
+    assert result.success, step_failures(result)
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    dagster_ledger = tmp_path / "ledgers" / SPEC.name / "rollout-ledger.jsonl"
+    assert [stripped(line) for line in read_ledger_dicts(dagster_ledger)] == [
+        stripped(line) for line in read_ledger_dicts(ledger)
+    ]
+
+
+def test_a_worker_cwd_with_a_lone_surrogate_is_a_labeled_gap(rnd: Round) -> None:
+    cache = rnd.cell_cache("gen-0/candidate-1", "django__django-11532")
+    result_json = rnd.run_dir(cache) / "result.json"
+    result = json.loads(result_json.read_bytes())
+    first_cwd = result["recoveredSpend"]["workerCwds"][0]
+    result["recoveredSpend"]["workerCwds"][0] = first_cwd + TORN
+    result_json.write_text(json.dumps(result))
+
+    after = backfilled(cli_backfill(rnd), rnd)
+
+    supervisor = rnd.supervisor("gen0-cand1", "django__django-11532")
+    (old_worker, _) = rnd.workers_of(supervisor)
+    new_workers = rnd.workers_of(supervisor, after)
+    assert len(new_workers) == 2 and new_workers[1] == next(
+        line for line in after if line["rollout_id"] == rnd.workers_of(supervisor)[1]["rollout_id"]
+    )
+    torn = new_workers[0]
+    assert torn["outcome"]["metrics"]["worker_cwd"] == first_cwd + TORN
+    # No stored directory can equal it: the store decodes its text with replacement characters.
+    assert torn["provenance"]["gap"] == gaps.no_opencode_session(first_cwd + TORN)
+    assert torn["rollout_id"] != old_worker["rollout_id"]

@@ -349,6 +349,35 @@ def test_non_numeric_cost_and_token_values_read_as_null(tmp_path: Path) -> None:
     assert (found.cost_usd, found.tokens_input, found.tokens_output) == (None, None, None)
 
 
+def test_infinite_and_nan_numbers_read_as_null(tmp_path: Path) -> None:
+    # SQLite REAL columns hold Infinity and NaN (NaN is stored as NULL by SQLite itself).
+    path = write_opencode_db(
+        tmp_path / "opencode.db",
+        sessions=[
+            session(
+                "s1", CWD, cost=float("inf"), tokens_input=float("-inf"), time_created=float("inf"),
+                time_updated=float("nan"),
+            )
+        ],
+    )
+
+    with open_store(path) as store:
+        found = store.sessions_by_directory([CWD])[CWD][0]
+
+    assert (found.cost_usd, found.tokens_input, found.time_created, found.time_updated) == (None, None, None, None)
+
+
+def test_a_parent_id_or_agent_that_is_not_text_reads_as_null(tmp_path: Path) -> None:
+    path = write_opencode_db(
+        tmp_path / "opencode.db", sessions=[session("s1", CWD, parent_id=b"\x00ses_parent", agent=7.5)]
+    )
+
+    with open_store(path) as store:
+        found = store.sessions_by_directory([CWD])[CWD][0]
+
+    assert (found.parent_id, found.agent) == (None, None)
+
+
 def test_a_legacy_session_table_without_cost_columns_reads_null_cost(tmp_path: Path) -> None:
     path = write_opencode_db(
         tmp_path / "opencode.db", sessions=[session("s1", CWD)], session_columns=LEGACY_SESSION_COLUMNS
@@ -480,6 +509,31 @@ def test_a_step_with_only_tool_calls_has_null_content(tmp_path: Path) -> None:
             {"id": "call-1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}
         ],
     }
+
+
+def test_a_step_whose_only_text_is_empty_makes_no_message(tmp_path: Path) -> None:
+    transcript = assistant_messages(
+        tmp_path,
+        [
+            part("p1", "m1", "step-start"),
+            part("p2", "m1", "text", text=""),
+            part("p3", "m1", "step-finish"),
+            part("p4", "m1", "step-start"),
+            part("p5", "m1", "text", text="done"),
+        ],
+    )
+
+    assert transcript == [{"role": "assistant", "content": "done"}]
+
+
+def test_an_empty_text_beside_a_tool_call_gives_null_content(tmp_path: Path) -> None:
+    transcript = assistant_messages(
+        tmp_path,
+        [part("p1", "m1", "text", text=""), tool_part("p2", "m1", "call-1", input={}, output="ok")],
+    )
+
+    assert transcript[0]["content"] is None
+    assert [message["role"] for message in transcript] == ["assistant", "tool"]
 
 
 def test_non_empty_reasoning_becomes_reasoning_content(tmp_path: Path) -> None:

@@ -59,6 +59,23 @@ def test_campaigns_come_baseline_first_then_generation_and_candidate_in_numeric_
     assert coordinates(out_dir) == [(-1, -1), (1, 0), (2, 9), (2, 10), (10, 0)]
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(("gen-1", "candidate-0"), ("gen-01", "candidate-0")), (("gen-0", "candidate-2"), ("gen-0", "candidate-002"))],
+)
+def test_two_folders_of_the_same_candidate_stop_the_round_naming_both(
+    tmp_path: Path, first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    out_dir = round_dir(tmp_path)
+    for generation, candidate in (first, second):
+        write_cell(out_dir / "improve-run" / generation / candidate, "c", cell("a__a-1", 0))
+
+    error = load_error(out_dir)
+
+    assert "/".join(first) in error and "/".join(second) in error
+    assert "two campaign directories" in error
+
+
 def test_discovered_campaign_dirs_are_the_absolute_campaign_paths(tmp_path: Path) -> None:
     out_dir = round_dir(tmp_path)
     (campaign_dir(out_dir)).mkdir(parents=True)
@@ -306,48 +323,90 @@ def test_reps_is_max_rep_plus_one_over_the_campaign(tmp_path: Path) -> None:
     assert build_manifest(out_dir).entries[0].reps == 3
 
 
-def test_an_instance_with_every_replicate_resolved_counts_as_resolved(tmp_path: Path) -> None:
+def _round_with_baseline(tmp_path: Path, *instances: str) -> Path:
+    """A round whose baseline ran `instances` once each: the instances a resolved count counts."""
     out_dir = round_dir(tmp_path)
+    for index, instance in enumerate(instances):
+        write_cell(campaign_dir(out_dir), f"b{index}", cell(instance, 0))
+    return out_dir
+
+
+def _candidate_resolved_count(out_dir: Path) -> int:
+    entry = build_manifest(out_dir).entry_for(0, 0)
+    assert entry is not None
+    return entry.resolved_count
+
+
+def test_an_instance_with_every_replicate_resolved_counts_as_resolved(tmp_path: Path) -> None:
+    out_dir = _round_with_baseline(tmp_path, "a__a-1")
     candidate = campaign_dir(out_dir, 0, 0)
     for rep in range(3):
         write_cell(candidate, f"a{rep}", cell("a__a-1", rep))
 
-    assert build_manifest(out_dir).entries[0].resolved_count == 1
+    assert _candidate_resolved_count(out_dir) == 1
 
 
 def test_an_instance_missing_a_replicate_is_not_resolved(tmp_path: Path) -> None:
-    out_dir = round_dir(tmp_path)
+    out_dir = _round_with_baseline(tmp_path, "a__a-1", "b__b-1")
     candidate = campaign_dir(out_dir, 0, 0)
     write_cell(candidate, "a0", cell("a__a-1", 0))
     write_cell(candidate, "a1", cell("a__a-1", 1))
     write_cell(candidate, "b1", cell("b__b-1", 1))
 
-    assert build_manifest(out_dir).entries[0].resolved_count == 1
+    assert _candidate_resolved_count(out_dir) == 1
 
 
 def test_an_instance_with_an_errored_replicate_is_not_resolved(tmp_path: Path) -> None:
-    out_dir = round_dir(tmp_path)
+    out_dir = _round_with_baseline(tmp_path, "a__a-1")
     candidate = campaign_dir(out_dir, 0, 0)
     write_cell(candidate, "a0", cell("a__a-1", 0))
     write_cell(candidate, "a1", cell("a__a-1", 1, artifact=None, error="harness crashed"))
 
-    assert build_manifest(out_dir).entries[0].resolved_count == 0
+    assert _candidate_resolved_count(out_dir) == 0
+
+
+def test_a_replicate_with_an_error_beside_a_resolved_artifact_is_not_resolved(tmp_path: Path) -> None:
+    out_dir = _round_with_baseline(tmp_path, "a__a-1", "b__b-1")
+    candidate = campaign_dir(out_dir, 0, 0)
+    write_cell(candidate, "a0", cell("a__a-1", 0, error="judge crashed"))
+    write_cell(candidate, "b0", cell("b__b-1", 0, error=None))
+
+    assert _candidate_resolved_count(out_dir) == 1
 
 
 def test_an_instance_with_an_unresolved_replicate_is_not_resolved(tmp_path: Path) -> None:
-    out_dir = round_dir(tmp_path)
+    out_dir = _round_with_baseline(tmp_path, "a__a-1")
     candidate = campaign_dir(out_dir, 0, 0)
     write_cell(candidate, "a0", cell("a__a-1", 0))
     write_cell(candidate, "a1", cell("a__a-1", 1, artifact=artifact(resolved=False)))
 
-    assert build_manifest(out_dir).entries[0].resolved_count == 0
+    assert _candidate_resolved_count(out_dir) == 0
 
 
 def test_a_non_boolean_resolved_flag_is_not_resolved(tmp_path: Path) -> None:
-    out_dir = round_dir(tmp_path)
+    out_dir = _round_with_baseline(tmp_path, "a__a-1")
     write_cell(campaign_dir(out_dir, 0, 0), "a0", cell("a__a-1", 0, artifact={**artifact(), "resolved": 1}))
 
-    assert build_manifest(out_dir).entries[0].resolved_count == 0
+    assert _candidate_resolved_count(out_dir) == 0
+
+
+def test_only_the_baselines_instances_count_as_resolved(tmp_path: Path) -> None:
+    out_dir = _round_with_baseline(tmp_path, "a__a-1")
+    candidate = campaign_dir(out_dir, 0, 0)
+    for index, instance in enumerate(("a__a-1", "x__x-1", "y__y-1")):
+        write_cell(candidate, str(index), cell(instance, 0))
+
+    manifest = build_manifest(out_dir)
+
+    # A fraction of the baseline's instances, never above one.
+    assert (_candidate_resolved_count(out_dir), manifest.instances) == (1, ["a__a-1"])
+
+
+def test_without_baseline_cells_no_instance_counts_as_resolved(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    write_cell(campaign_dir(out_dir, 0, 0), "a0", cell("a__a-1", 0))
+
+    assert _candidate_resolved_count(out_dir) == 0
 
 
 def test_cells_cached_counts_cells_whose_cached_flag_is_true(tmp_path: Path) -> None:
@@ -419,6 +478,18 @@ def test_campaign_cost_sums_numbers_and_ignores_everything_else(tmp_path: Path) 
         "judgeWallS": 4,
         "settledCallIds": [],
     }
+
+
+def test_a_cost_sum_that_overflows_a_double_is_null(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    candidate = campaign_dir(out_dir, 0, 0)
+    write_cell(candidate, "1", cell("a__a-1", 0, costUsd=1.5e308, artifact=artifact(wallS=60)))
+    write_cell(candidate, "2", cell("b__b-1", 0, costUsd=1.5e308, artifact=artifact(wallS=30)))
+
+    cost = build_manifest(out_dir).entries[0].cost
+
+    # JSON has no Infinity: the manifest's file and the seed's JSON.stringify both make it null.
+    assert (cost["costUsd"], cost["wallS"]) == (None, 90)
 
 
 def test_settled_call_ids_go_to_the_campaign_their_run_dir_tags(tmp_path: Path) -> None:
@@ -733,7 +804,7 @@ def test_run_id_comes_from_loop_provenance(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("provenance", [None, '{"runId": 42}', "not json", '["runId"]'])
+@pytest.mark.parametrize("provenance", [None, '{"runId": 42}', "not json", '["runId"]', '{"runId": ""}'])
 def test_run_id_falls_back_to_the_absolute_out_dir(tmp_path: Path, provenance: str | None) -> None:
     out_dir = round_dir(tmp_path)
     if provenance is not None:

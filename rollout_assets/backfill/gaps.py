@@ -8,6 +8,9 @@ from __future__ import annotations
 
 SUPERVISOR_NOT_PERSISTED = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
 WORKER_LIST_MISSING_SUFFIX = "; result.json missing: this cell's worker sessions cannot be listed"
+WORKERS_UNLISTED_SUFFIX = (
+    "; result.json reports spawned workers but lists no worker cwds: this cell's worker sessions cannot be listed"
+)
 
 # Gap reason kinds, as stable identifiers (metadata keys, stats tables).
 KIND_SUPERVISOR_NOT_PERSISTED = "supervisor_transcript_not_persisted"
@@ -31,8 +34,14 @@ GAP_KINDS = (
 )
 
 
-def supervisor_gap(worker_list_missing: bool) -> str:
-    return SUPERVISOR_NOT_PERSISTED + (WORKER_LIST_MISSING_SUFFIX if worker_list_missing else "")
+def supervisor_gap(worker_list_missing: bool, *, workers_unlisted: bool = False) -> str:
+    """The supervisor's gap; its suffix says why the cell's workers cannot be listed, if so:
+    no readable result.json, or one that reports workers without listing their cwds."""
+    if worker_list_missing:
+        return SUPERVISOR_NOT_PERSISTED + WORKER_LIST_MISSING_SUFFIX
+    if workers_unlisted:
+        return SUPERVISOR_NOT_PERSISTED + WORKERS_UNLISTED_SUFFIX
+    return SUPERVISOR_NOT_PERSISTED
 
 
 def opencode_unavailable(worker_cwd: str) -> str:
@@ -59,7 +68,7 @@ def gap_kind(gap: str) -> str:
     """The kind of a gap string, by the wording above."""
     if gap == SUPERVISOR_NOT_PERSISTED:
         return KIND_SUPERVISOR_NOT_PERSISTED
-    if gap == SUPERVISOR_NOT_PERSISTED + WORKER_LIST_MISSING_SUFFIX:
+    if gap in (SUPERVISOR_NOT_PERSISTED + WORKER_LIST_MISSING_SUFFIX, SUPERVISOR_NOT_PERSISTED + WORKERS_UNLISTED_SUFFIX):
         return KIND_WORKER_LIST_MISSING
     if gap.startswith("opencode store unavailable; worker cwd "):
         return KIND_OPENCODE_UNAVAILABLE

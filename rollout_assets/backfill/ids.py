@@ -7,6 +7,7 @@ the invocation's identity, so re-materializing a round yields the same ids.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 # The one fixed namespace of every rollout id this project mints:
@@ -15,7 +16,11 @@ ROLLOUT_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tangle.rollout.v1")
 
 
 def _rollout_id(name: str) -> str:
-    return str(uuid.uuid5(ROLLOUT_ID_NAMESPACE, name))
+    """`uuid.uuid5(ROLLOUT_ID_NAMESPACE, name)`, but for names holding a lone surrogate too (a
+    torn `\\ud83d` escape in a scenarioId, a file name that is not UTF-8): uuid5 encodes the
+    name as strict UTF-8 and would fail. For every other name the bytes, and the id, are the same."""
+    digest = hashlib.sha1(ROLLOUT_ID_NAMESPACE.bytes + name.encode("utf-8", "surrogatepass")).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def supervisor_rollout_id(run_id: str, candidate_id: str, scenario_id: str, rep: int) -> str:

@@ -7,6 +7,7 @@ type guard and becomes null, never a made-up default.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,14 @@ from rollout_assets.sources.jsonfiles import (
     to_json_text,
 )
 from rollout_assets.sources.opencode import OpencodeSession
-from rollout_assets.sources.round import CampaignEntry, CellRecord, ShotReceiptFile, artifact_of, candidate_id
+from rollout_assets.sources.round import (
+    CampaignEntry,
+    CellRecord,
+    ShotReceiptFile,
+    artifact_of,
+    candidate_id,
+    reports_unlisted_workers,
+)
 
 OFFICIAL_JUDGE = "swe-arena-official-judge"
 CELL_SUITE = "swe-bench-verified"
@@ -141,6 +149,7 @@ def supervisor_line(
     # A cell whose arm ran (runDir known) but left no readable result.json: its workers
     # existed, yet none can be listed. Say so instead of silently emitting no worker line.
     worker_list_missing = run_dir is not None and result is None
+    workers_unlisted = result is not None and reports_unlisted_workers(result)
     metrics: dict[str, Any] = {
         "resolved": artifact_or_empty.get("resolved"),
         "verify_pass": artifact_or_empty.get("verifyPass"),
@@ -160,7 +169,7 @@ def supervisor_line(
         "subtasks": subtasks if isinstance(subtasks, list) else None,
         "cached": record.get("cached"),
     }
-    if worker_list_missing:
+    if worker_list_missing or workers_unlisted:
         metrics["worker_list_missing"] = True
     return _line(
         ctx,
@@ -207,7 +216,7 @@ def supervisor_line(
             "run_dir": run_dir,
             "transcript_ref": os.path.join(run_dir, "brain.jsonl") if run_dir is not None else None,
         },
-        gap=gaps.supervisor_gap(worker_list_missing),
+        gap=gaps.supervisor_gap(worker_list_missing, workers_unlisted=workers_unlisted),
     )
 
 
@@ -244,7 +253,9 @@ def worker_line(
         gap = gaps.opencode_session_empty(session.id)
     wall_s = None
     if session is not None and session.time_created is not None and session.time_updated is not None:
-        wall_s = round_half_up((session.time_updated - session.time_created) / 1000)
+        elapsed_ms = session.time_updated - session.time_created
+        # Finite times so far apart that their difference overflows have no duration either.
+        wall_s = round_half_up(elapsed_ms / 1000) if math.isfinite(elapsed_ms) else None
     return _line(
         ctx,
         rollout_id=worker_rollout_id(supervisor["rollout_id"], worker_cwd, session.id if session else None),

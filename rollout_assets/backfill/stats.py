@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 from rollout_assets.backfill import gaps
 from rollout_assets.ledger.schema import Role
+from rollout_assets.sources.jsonfiles import finite_or_none
 
 # Per-role counters are written in this order (the order the seed first meets the roles in a
 # round: supervisors, their workers, then proposers), whatever order parts were counted in.
@@ -139,12 +140,12 @@ class BackfillStats:
                 role: {
                     "labeled": labeled,
                     # Rounded so that summing in another order (parallel parts) gives the same text.
-                    "mean": round(self.reward_sum_by_role[role] / labeled, 12),
+                    "mean": finite_or_none(round(self.reward_sum_by_role[role] / labeled, 12)),
                 }
                 for role, labeled in _by_role_order(self.reward_labeled_by_role).items()
             },
             "costUsdByRole": {
-                role: {"usd": round(usd, 6), "linesWithCost": self.cost_recorded_by_role[role]}
+                role: {"usd": finite_or_none(round(usd, 6)), "linesWithCost": self.cost_recorded_by_role[role]}
                 for role, usd in _by_role_order(self.cost_usd_by_role).items()
             },
         }

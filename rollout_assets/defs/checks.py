@@ -131,7 +131,8 @@ def stats_reconcile_with_ledger(context: AssetCheckExecutionContext, ledger_root
 def every_cell_lists_its_workers(
     context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase
 ) -> AssetCheckResult:
-    """Warns about cells whose result.json is missing or unreadable: their worker sessions cannot be listed."""
+    """Warns about cells whose workers ran but cannot be listed: result.json missing or unreadable,
+    or counting spawned workers without naming their cwds."""
     key = context.partition_key
     cells = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path).cells_without_worker_list
     return AssetCheckResult(

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,10 +23,12 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 ROLLOUT_SCHEMA = "tangle.rollout.v1"
 
@@ -37,7 +40,20 @@ ChatRole = Literal["system", "user", "assistant", "tool"]
 # int before float: smart-mode unions keep the exact type, so 12 stays 12, not 12.0.
 # Strict on both sides: a bool or a numeric string is not a number.
 Number = StrictInt | StrictFloat
-NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
+
+
+def _non_empty(value: str) -> str:
+    if not value:
+        raise PydanticCustomError(
+            "string_too_short", "String should have at least {min_length} character", {"min_length": 1}
+        )
+    return value
+
+
+# Checked in Python, not with `min_length`: pydantic-core measures a constrained string as
+# UTF-8 and refuses one holding a lone surrogate (a torn escape in a scenarioId, a file name
+# that is not UTF-8), which a line may carry and the writer escapes. Same JSON Schema.
+NonEmptyStr = Annotated[StrictStr, AfterValidator(_non_empty), WithJsonSchema({"type": "string", "minLength": 1})]
 
 # A line is plain JSON and nothing else; `allow_inf_nan=False` covers typed floats only.
 _LINE_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -3,11 +3,15 @@
 The seed parses with JavaScript's `JSON.parse`, which rejects `NaN` and `Infinity`
 (Python's `json` accepts them) and decodes invalid UTF-8 as U+FFFD instead of failing.
 Both rules are mirrored here, so an input parses in exactly the cases the seed's did.
+A number beyond the range of a double (`1e400`) reads as null: `JSON.parse` makes it
+Infinity, which the seed's `JSON.stringify` writes as null, and a ledger line may not carry a
+non-finite number.
 
 Parsing is most of a backfill's work, so it goes through orjson (about 4x the standard
 module here). orjson is stricter than JavaScript in three places: invalid UTF-8 bytes, lone
-surrogate escapes and integers beyond 64 bits. A document it refuses is parsed again by the
-standard module with the seed's rules, so the answer is the same, only slower.
+surrogate escapes and numbers beyond a double. A document it refuses is parsed again by the
+standard module with the seed's rules, and with orjson's reading of integers (exact within 64
+bits, a double beyond), so the answer is the same, only slower.
 
 A document nested deeper than MAX_NESTING levels of arrays and objects is not read at all
 (`NotJson`), whichever parser took it: orjson reads 1,024 levels and the standard module about
@@ -38,8 +42,31 @@ def _reject_constant(name: str) -> Any:
     raise NotJson(f"{name} is not valid JSON")
 
 
+def _finite_float_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _integer_as_orjson_reads_it(text: str) -> int | float | None:
+    """An integer as orjson reads one, so a document means the same whichever parser took it:
+    exact within 64 bits, a double beyond (as JavaScript reads every number), and null when
+    even a double cannot hold it."""
+    value = int(text)
+    if -(2**63) <= value < 2**64:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
 # One decoder, built once: json.loads(..., parse_constant=...) would build one per call.
-_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+# orjson refuses a number that overflows a double, so such documents always come here.
+_STRICT_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant,
+    parse_float=_finite_float_or_none,
+    parse_int=_integer_as_orjson_reads_it,
+)
 # Compact and non-ASCII kept, like JSON.stringify.
 _COMPACT_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -115,6 +142,12 @@ def is_record(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """A JSON number: int or float, never a bool (Python's bool is an int)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite_or_none(value: float) -> int | float | None:
+    """A sum as JSON writes it: finite numbers inputs can overflow to Infinity, which JSON
+    has no word for (the seed's `JSON.stringify` writes null)."""
+    return value if isinstance(value, int) or math.isfinite(value) else None
 
 
 def string_or_none(value: Any) -> str | None:

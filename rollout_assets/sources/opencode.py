@@ -11,6 +11,7 @@ exception: the round still completes, with labeled gap lines.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -54,9 +55,9 @@ class OpencodeSession:
     """One row of the `session` table, with the model JSON unpacked."""
 
     id: str
-    parent_id: Any
+    parent_id: str | None
     directory: str
-    agent: Any
+    agent: str | None
     model_id: str | None
     provider_id: str | None
     cost_usd: int | float | None
@@ -100,6 +101,12 @@ class OpencodeStore:
             columns = {row[1] for row in connection.execute("PRAGMA table_info(session)")}
             connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
             connection.execute("SELECT 1 FROM part LIMIT 1").fetchall()
+            if _REQUIRED_SESSION_COLUMNS <= columns:
+                # Every session lookup walks the session table: a damaged page there would
+                # fail the round half-way, so the whole table is read once now (10-25 ms
+                # for 96,000 sessions). Damage in a message or part page costs only the
+                # sessions it holds (see session_messages).
+                connection.execute("SELECT count(directory) FROM session").fetchall()
         except sqlite3.Error:
             connection.close()
             return None
@@ -141,7 +148,9 @@ class OpencodeStore:
         One query per batch of directories, not one per worker: an index lookup once
         `index_directories` has run, else a scan of the session table.
         """
-        wanted = list(dict.fromkeys(directories))
+        # A directory holding a lone surrogate cannot be bound as SQL text, and no stored
+        # directory can equal it (stored text is decoded with replacement characters).
+        wanted = [directory for directory in dict.fromkeys(directories) if _is_utf8_text(directory)]
         found: dict[str, list[OpencodeSession]] = {}
         select = ", ".join(
             column if column in self._session_columns else f"NULL AS {column}" for column in _SESSION_COLUMNS
@@ -196,12 +205,21 @@ class OpencodeStore:
         return chat
 
 
+def _is_utf8_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
 def _number(value: Any) -> int | float | None:
-    return value if is_number(value) else None
+    # SQLite REAL columns can hold Infinity and NaN (JSON cannot): those read as unknown.
+    return value if is_number(value) and math.isfinite(value) else None
 
 
 def _string(value: Any) -> str | None:
@@ -215,9 +233,10 @@ def _session_from_row(row: tuple[Any, ...]) -> OpencodeSession | None:
     model = _json_object(values["model"]) or {}
     return OpencodeSession(
         id=values["id"],
-        parent_id=values["parent_id"],
+        # SQLite types values per row, not per column: a BLOB or REAL here is no id or name.
+        parent_id=_string(values["parent_id"]),
         directory=values["directory"],
-        agent=values["agent"],
+        agent=_string(values["agent"]),
         # policy.model/provider are strings or null: a non-string id is an unknown model.
         model_id=_string(model.get("id")),
         provider_id=_string(model.get("providerID")),
@@ -276,9 +295,12 @@ def _step_messages(step: list[dict[str, Any]]) -> list[dict[str, Any]]:
             # A tool part without a call id cannot be answered by a tool message
             # (tool_call_id is required), so it is unreadable and skipped.
             tool_parts.append(part)
-    if not texts and not reasoning and not tool_parts:
+    # Text parts that join to "" count as no text: the step is not a turn on that alone, and a
+    # tool-calling turn's content is null, not "" (as the seed's reader has it).
+    content = "\n".join(texts) or None
+    if content is None and not reasoning and not tool_parts:
         return []
-    assistant: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    assistant: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning:
         assistant["reasoning_content"] = "\n".join(reasoning)
     if tool_parts:

@@ -17,13 +17,14 @@ import os
 import re
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
 from rollout_assets.sources.jsonfiles import (
     NotJson,
+    finite_or_none,
     integer_or_none,
     is_number,
     is_record,
@@ -88,7 +89,9 @@ class CellRecord:
 
     @property
     def resolved(self) -> bool:
-        return self.has_artifact and self.resolved_value is True
+        """Resolved beyond doubt: an artifact that says so, and no error beside it. A cell
+        with an error is an inconclusive replicate, as the line's `is_completed` says too."""
+        return self.has_artifact and self.error is None and self.resolved_value is True
 
     @property
     def record(self) -> dict[str, Any]:
@@ -299,8 +302,8 @@ class _CampaignTally:
         # The instance being added (the last of `instances`): its cells, and whether all resolved.
         self._instance_cells = 0
         self._instance_resolved = True
-        # Instances whose every cell resolved, counted by their number of cells.
-        self._resolved_by_cells: dict[int, int] = {}
+        # Instances whose every cell resolved, with their number of cells.
+        self._resolved_instance_cells: dict[str, int] = {}
 
     def add(self, name: str, cell: CellRecord) -> None:
         self.names.append(name)
@@ -328,13 +331,19 @@ class _CampaignTally:
     def _close_instance(self) -> None:
         cells = self._instance_cells
         if cells and self._instance_resolved:
-            self._resolved_by_cells[cells] = self._resolved_by_cells.get(cells, 0) + 1
+            self._resolved_instance_cells[self.instances[-1]] = cells
         self._instance_cells, self._instance_resolved = 0, True
 
-    def resolved_count(self, reps: int) -> int:
-        """Instances whose every one of `reps` replicates resolved (an errored cell is never resolved)."""
+    def resolved_count(self, reps: int, instances: Collection[str]) -> int:
+        """Of the round's `instances` (the baseline's), those whose every one of `reps`
+        replicates resolved here (an errored cell is never resolved). An instance the baseline
+        did not run is not counted: the count is the numerator of a fraction of `instances`."""
         self._close_instance()
-        return self._resolved_by_cells.get(reps, 0)
+        return sum(
+            1
+            for instance, cells in self._resolved_instance_cells.items()
+            if cells == reps and instance in instances
+        )
 
     def commit(self, campaign_dir: Path) -> str | None:
         if self.commits is not None and len(self.commits) > 1:
@@ -346,7 +355,7 @@ class _CampaignTally:
 
     def cost_json(self) -> dict[str, Any]:
         """The manifest's `cost` of the campaign, but for its settled calls."""
-        totals = dict(zip(_COST_FIELDS, self.cost_sums, strict=True))
+        totals = dict(zip(_COST_FIELDS, map(finite_or_none, self.cost_sums), strict=True))
         return {
             "costUsd": totals["costUsd"],
             "tokenUsage": {"input": totals["tokenInput"], "output": totals["tokenOutput"]},
@@ -533,7 +542,8 @@ class RoundManifest:
     @property
     def run_id(self) -> str:
         run_id = self.provenance.get("runId") if is_record(self.provenance) else None
-        return run_id if isinstance(run_id, str) else str(self.out_dir)
+        # An empty runId names no run (and a line's run_id may not be empty): the outDir does.
+        return run_id if isinstance(run_id, str) and run_id else str(self.out_dir)
 
     def entry_for(self, generation: int, candidate_index: int) -> CampaignEntry | None:
         for entry in self.entries:
@@ -650,7 +660,14 @@ def discover_campaigns(out_dir: Path) -> list[tuple[int, int, Path]]:
             if candidate_match is None or not candidate_dir.is_dir():
                 continue
             candidates.append((int(generation_match[1]), int(candidate_match[1]), candidate_dir))
-    candidates.sort(key=lambda c: (c[0], c[1]))
+    candidates.sort(key=lambda c: (c[0], c[1], c[2].name))
+    # `gen-1` and `gen-01` name the same generation: two campaigns of one candidate would give
+    # their lines the same rollout ids, and a shot could not say which one it proposed.
+    for (generation, index, first), (next_generation, next_index, second) in itertools.pairwise(candidates):
+        if (generation, index) == (next_generation, next_index):
+            raise RoundInputError(
+                f"{first} and {second}: two campaign directories of generation {generation}, candidate {index}"
+            )
     return campaigns + candidates
 
 
@@ -715,6 +732,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
     receipt_names = [receipt.path for receipt in list_shot_receipts(out_dir)]
     entries: list[CampaignEntry] = []
     instances: list[str] = []
+    baseline_instances: frozenset[str] = frozenset()
     for generation, candidate_index, campaign_dir in discover_campaigns(out_dir):
         is_baseline = generation == BASELINE_GENERATION
         cells, tally = _read_campaign(campaign_dir, is_baseline=is_baseline, keep_rows=keep_rows)
@@ -722,6 +740,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
             if not cells:
                 continue
             instances = tally.instances
+            baseline_instances = frozenset(instances)
         commit = tally.commit(campaign_dir)
         reps = tally.max_rep + 1
         entries.append(
@@ -736,7 +755,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
                 if is_baseline
                 else _receipts_of(receipt_names, generation, candidate_index),
                 reps=reps,
-                resolved_count=tally.resolved_count(reps),
+                resolved_count=tally.resolved_count(reps, baseline_instances),
                 cells_cached=tally.cached,
                 cost_sums=tally.cost_json(),
                 settled_calls=cost_ledger.settled_calls_for(campaign_dir),
@@ -786,6 +805,15 @@ def read_supervisor_result(run_dir: str | None) -> dict[str, Any] | None:
         return None
     result = read_json_or_none(os.path.join(run_dir, "result.json"))
     return result if is_record(result) else None
+
+
+def reports_unlisted_workers(result: dict[str, Any]) -> bool:
+    """True when result.json says workers ran (`spawned` or `workers` above 0) but has no
+    `recoveredSpend.workerCwds` list to name them: they existed, yet none can be joined."""
+    recovered = result.get("recoveredSpend")
+    if is_record(recovered) and isinstance(recovered.get("workerCwds"), list):
+        return False
+    return any(is_number(result.get(key)) and result[key] > 0 for key in ("spawned", "workers"))
 
 
 def worker_cwds_of(result: dict[str, Any] | None) -> list[str]:
