@@ -175,7 +175,7 @@ def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iter
 
 
 def _result_json(run_dir: str | None) -> dict[str, Any] | None:
-    if run_dir is None:
+    if run_dir is None or not os.path.isabs(run_dir):  # a relative runDir names no file (inputs.md)
         return None
     try:
         result = _input_json(Path(run_dir, "result.json").read_bytes())

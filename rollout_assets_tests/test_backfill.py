@@ -1030,6 +1030,48 @@ def test_proposer_tokens_are_the_transcript_usage_once_per_api_message(
     assert line["cost"]["tokens_reasoning"] is None
 
 
+@pytest.mark.parametrize("run_dir", ["", "runs/arm0"])
+def test_a_relative_run_dir_names_no_file_and_its_workers_are_flagged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_dir: str
+) -> None:
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "c", cell("a__a-1", 0, artifact=artifact(runDir=run_dir)))
+    # Files the runDir would name from the folder the backfill runs in: never read.
+    monkeypatch.chdir(tmp_path)
+    for folder in (tmp_path, tmp_path / run_dir):
+        write_json(folder / "result.json", {"sup_status": "FROM-CWD", "recoveredSpend": {"workerCwds": ["/w/1"]}})
+        write_json(folder / "judge.json", {"from": "cwd"})
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "c")
+
+    (supervisor,) = run.lines
+    assert supervisor["outcome"]["metrics"]["sup_status"] is None
+    assert supervisor["outcome"]["verdict"] is None
+    assert supervisor["outcome"]["metrics"]["worker_list_missing"] is True
+    assert supervisor["artifacts"]["run_dir"] == run_dir  # kept verbatim, as the seed does
+    assert build_manifest(out_dir).entries[0].artifact_paths == []
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "transcript_ref"),
+    [
+        ("/runs/arm0/", "/runs/arm0/brain.jsonl"),
+        ("/runs/./x/../arm1", "/runs/arm1/brain.jsonl"),
+        ("//runs//arm2", "/runs/arm2/brain.jsonl"),
+    ],
+)
+def test_a_supervisor_transcript_ref_is_joined_as_nodes_path_join_does(
+    tmp_path: Path, run_dir: str, transcript_ref: str
+) -> None:
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "c", cell("a__a-1", 0, artifact=artifact(runDir=run_dir)))
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "c")
+
+    (supervisor,) = run.lines
+    assert (supervisor["artifacts"]["run_dir"], supervisor["artifacts"]["transcript_ref"]) == (run_dir, transcript_ref)
+
+
 def test_a_proposer_reward_is_its_candidate_resolved_fraction(round_001: Backfilled) -> None:
     manifest = build_manifest(round_001.out_dir)
     for line in round_001.role("proposer"):

@@ -708,6 +708,7 @@ def test_a_candidate_entry_lists_its_own_receipts_sorted_and_the_baseline_none(t
         "gen0-cand10-shot0.json",
         "gen0-cand1-shot0.json",
         "gen-1-cand-1-shot0.json",
+        "gen00-cand01-shot2.json",  # the same candidate's, by number, as its proposer line joins it
     ]:
         write_json(shots / name, {"receipt": {}})
 
@@ -719,6 +720,7 @@ def test_a_candidate_entry_lists_its_own_receipts_sorted_and_the_baseline_none(t
             str(shots / "bob/gen0-cand1-shot0.json"),
             str(shots / "gen0-cand1-shot0.json"),
             str(shots / "gen0-cand1-shot1.json"),
+            str(shots / "gen00-cand01-shot2.json"),
         ],
     )
 

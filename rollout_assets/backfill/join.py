@@ -23,13 +23,13 @@ from typing import Any, Self
 from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line, worker_line
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
-from rollout_assets.sources.jsonfiles import read_json_or_none
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
 from rollout_assets.sources.round import (
     RoundManifest,
     ShotReceiptFile,
     build_manifest,
     list_shot_receipts,
+    read_judge_verdict,
     read_shot_receipt,
     read_supervisor_result,
     worker_cwds_of,
@@ -59,7 +59,7 @@ def cell_rows(manifest: RoundManifest, context: LineContext) -> Iterator[CellRow
     for entry in manifest.entries:
         for cell in entry.cells:
             result = read_supervisor_result(cell.run_dir)
-            verdict = read_json_or_none(os.path.join(cell.run_dir, "judge.json")) if cell.run_dir else None
+            verdict = read_judge_verdict(cell.run_dir)
             line = supervisor_line(context, entry, cell, result=result, verdict=verdict)
             yield CellRow(supervisor=line, worker_cwds=worker_cwds_of(result))
 

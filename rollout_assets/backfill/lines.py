@@ -8,7 +8,7 @@ type guard and becomes null, never a made-up default.
 from __future__ import annotations
 
 import math
-import os
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +127,18 @@ def _cell_error(record: dict[str, Any]) -> str | None:
     return error if isinstance(error, str) else to_json_text(error)
 
 
+def _js_path_join(*parts: str) -> str:
+    """Node's `path.join`, which the seed used: the parts joined with `/`, then normalized
+    (`.` and `..` resolved, repeated slashes folded), so `/runs/arm0/` gives
+    `/runs/arm0/brain.jsonl`, not `/runs/arm0//brain.jsonl`."""
+    joined = "/".join(part for part in parts if part)
+    if not joined:
+        return "."
+    normalized = posixpath.normpath(joined)
+    # POSIX lets a path keep exactly two leading slashes; Node folds them like any others.
+    return normalized[1:] if normalized.startswith("//") else normalized
+
+
 def supervisor_line(
     ctx: LineContext,
     entry: CampaignEntry,
@@ -214,7 +226,7 @@ def supervisor_line(
         artifacts={
             "patch_path": string_or_none(artifact_or_empty.get("patchPath")),
             "run_dir": run_dir,
-            "transcript_ref": os.path.join(run_dir, "brain.jsonl") if run_dir is not None else None,
+            "transcript_ref": _js_path_join(run_dir, "brain.jsonl") if run_dir is not None else None,
         },
         gap=gaps.supervisor_gap(worker_list_missing, workers_unlisted=workers_unlisted),
     )

@@ -23,7 +23,7 @@ from dagster import (
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundsRoot, is_round_dir
-from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts
+from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
 
 SENSOR_INTERVAL_SECONDS = int(os.environ.get("ROLLOUT_SENSOR_INTERVAL_SECONDS", "60"))
 
@@ -84,8 +84,7 @@ def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
             cells += 1
             files.append(cache)
             run_dir = _run_dir_of(str(cache), stat.st_size, stat.st_mtime_ns)
-            if run_dir is not None:
-                files += [Path(run_dir, "result.json"), Path(run_dir, "judge.json")]
+            files += [Path(path) for name in ("result.json", "judge.json") if (path := run_dir_file(run_dir, name))]
     receipts = list_shot_receipts(out_dir)
     files += [Path(receipt.path) for receipt in receipts]
     return files, cells, len(receipts)

@@ -518,10 +518,10 @@ def _per_instance_row(cell: CellRecord) -> dict[str, Any]:
 
 def _artifact_paths(cell: CellRecord) -> list[str]:
     paths: list[str] = []
-    if cell.run_dir is not None:
-        for name in ("result.json", "judge.json"):
-            if os.path.isfile(os.path.join(cell.run_dir, name)):
-                paths.append(os.path.join(cell.run_dir, name))
+    for name in ("result.json", "judge.json"):
+        path = run_dir_file(cell.run_dir, name)
+        if path is not None and os.path.isfile(path):
+            paths.append(path)
     if cell.patch_path is not None and os.path.isfile(cell.patch_path):
         paths.append(cell.patch_path)
     return paths
@@ -729,7 +729,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
         raise RoundInputError(f"{out_dir}: round outDir does not exist or is not a directory")
     provenance = read_json_or_none(out_dir / "improve-run" / "loop-provenance.json")
     cost_ledger = read_cost_ledger(out_dir)
-    receipt_names = [receipt.path for receipt in list_shot_receipts(out_dir)]
+    receipts = list_shot_receipts(out_dir)
     entries: list[CampaignEntry] = []
     instances: list[str] = []
     baseline_instances: frozenset[str] = frozenset()
@@ -753,7 +753,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
                 diff_path=None if is_baseline else _candidate_diff_path(out_dir, commit),
                 shot_receipt_paths=[]
                 if is_baseline
-                else _receipts_of(receipt_names, generation, candidate_index),
+                else _receipts_of(receipts, generation, candidate_index),
                 reps=reps,
                 resolved_count=tally.resolved_count(reps, baseline_instances),
                 cells_cached=tally.cached,
@@ -789,9 +789,10 @@ def _candidate_diff_path(out_dir: Path, commit: str | None) -> str | None:
     return str(patch) if patch.is_file() else None
 
 
-def _receipts_of(receipt_paths: list[str], generation: int, candidate_index: int) -> list[str]:
-    prefix = f"gen{generation}-cand{candidate_index}-"
-    return sorted(p for p in receipt_paths if os.path.basename(p).startswith(prefix))
+def _receipts_of(receipts: list[ShotReceiptFile], generation: int, candidate_index: int) -> list[str]:
+    """The candidate's receipts, by the numbers in their names, as its proposer lines join them:
+    `gen00-cand0-shot0.json` is generation 0's (a prefix `gen0-cand0-` would miss it)."""
+    return sorted(r.path for r in receipts if (r.generation, r.candidate_index) == (generation, candidate_index))
 
 
 # ---------------------------------------------------------------------------
@@ -799,12 +800,29 @@ def _receipts_of(receipt_paths: list[str], generation: int, candidate_index: int
 # ---------------------------------------------------------------------------
 
 
+def run_dir_file(run_dir: str | None, name: str) -> str | None:
+    """`<runDir>/<name>`, for an absolute runDir only (inputs.md: "absolute path of the arm's run
+    directory"). An empty or relative runDir would name a file under whatever folder the
+    backfill runs in, so the same round would give another ledger from another folder; its
+    files are unknown instead (the cell then says its workers cannot be listed)."""
+    if run_dir is None or not os.path.isabs(run_dir):
+        return None
+    return os.path.join(run_dir, name)
+
+
 def read_supervisor_result(run_dir: str | None) -> dict[str, Any] | None:
     """`<runDir>/result.json` as an object, or None when absent, unreadable or not an object."""
-    if run_dir is None:
+    path = run_dir_file(run_dir, "result.json")
+    if path is None:
         return None
-    result = read_json_or_none(os.path.join(run_dir, "result.json"))
+    result = read_json_or_none(path)
     return result if is_record(result) else None
+
+
+def read_judge_verdict(run_dir: str | None) -> Any:
+    """`<runDir>/judge.json` verbatim, or None when absent or unreadable."""
+    path = run_dir_file(run_dir, "judge.json")
+    return read_json_or_none(path) if path is not None else None
 
 
 def reports_unlisted_workers(result: dict[str, Any]) -> bool:
