@@ -24,7 +24,7 @@ from typing import Any
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
-from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
+from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
 
 
@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 2
-    except (RoundInputError, LedgerValidationError, WriterBusyError, FileExistsError) as error:
+    except (RoundInputError, LedgerValidationError, OpencodeStoreChanged, WriterBusyError, FileExistsError) as error:
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:

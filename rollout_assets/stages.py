@@ -48,7 +48,6 @@ from rollout_assets.backfill.parallel import (
     write_units,
 )
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, decode_record, iter_jsonl, validate_line
-from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.round import (
     RoundInputError,
     RoundManifest,
@@ -301,8 +300,8 @@ def row_units(path: Path, rows_per_unit: int) -> list[RowsUnit]:
 class _WorkerSessionsProducer:
     """Worker lines of one unit of cell rows; each worker process opens its own store connection."""
 
-    def __init__(self, cells_path: Path, opencode_db: str | os.PathLike[str], context: LineContext):
-        self.cells_path, self.stores, self.context = cells_path, StorePerProcess(opencode_db), context
+    def __init__(self, cells_path: Path, stores: StorePerProcess, context: LineContext):
+        self.cells_path, self.stores, self.context = cells_path, stores, context
 
     def __call__(self, unit: RowsUnit) -> Iterator[dict[str, Any]]:
         with open(self.cells_path, "rb") as handle:
@@ -356,10 +355,7 @@ def write_worker_sessions(
     workers: int | None = None,
 ) -> BackfillStats:
     """Worker lines of every cell, joined from the opencode store, in ledger order, on every core."""
-    store = OpencodeStore.open(opencode_db)
-    available = store is not None
-    if store is not None:
-        store.close()
+    stores = StorePerProcess.probe(opencode_db)
     units = row_units(outputs.campaign_cells, CELLS_PER_UNIT)
     left = {}
     for unit in units:
@@ -370,19 +366,19 @@ def write_worker_sessions(
         if left[unit.candidate] == 0 and log is not None:
             log(f"worker_sessions: candidate {unit.candidate} done")
 
-    producer = _WorkerSessionsProducer(outputs.campaign_cells, opencode_db, _stored_context(outputs, captured_at))
+    producer = _WorkerSessionsProducer(outputs.campaign_cells, stores, _stored_context(outputs, captured_at))
     with LedgerWriter(outputs.worker_sessions) as writer:
         tally = write_units(
             writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done,
             new_tally=WorkerLinesTally,
         )
-    tally.opencode_db_available = available
+    tally.opencode_db_available = stores.available
     stats = tally.counters()
     write_json_atomic(
         outputs.worker_sessions_summary,
         {
             "opencodeDb": os.path.abspath(opencode_db),
-            "opencodeDbAvailable": available,
+            "opencodeDbAvailable": stores.available,
             # What the ledger stage needs to copy the lines without parsing them: the file
             # they belong to (size), their counters and their order.
             "bytes": outputs.worker_sessions.stat().st_size,

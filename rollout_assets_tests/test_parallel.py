@@ -85,7 +85,7 @@ def test_each_process_opens_its_own_indexed_store_and_closes_only_its_own(tmp_pa
     from rollout_assets_tests.builders import session, write_opencode_db
 
     path = write_opencode_db(tmp_path / "opencode.db", sessions=[session("s1", "/w/a"), session("s2", "/w/b")])
-    holder = StorePerProcess(path)
+    holder = StorePerProcess.probe(path)
     parent_store = holder.get()
     assert holder.get() is parent_store  # one connection for every unit of this process
 
@@ -102,3 +102,27 @@ def test_each_process_opens_its_own_indexed_store_and_closes_only_its_own(tmp_pa
     holder.close()
     with pytest.raises(Exception, match="closed"):
         parent_store.sessions_by_directory(["/w/a"])
+
+
+def test_a_store_unavailable_when_the_round_started_is_never_opened(tmp_path: Path) -> None:
+    from rollout_assets.backfill.parallel import StorePerProcess
+    from rollout_assets_tests.builders import session, write_opencode_db
+
+    holder = StorePerProcess.probe(tmp_path / "opencode.db")  # no store yet
+    write_opencode_db(tmp_path / "opencode.db", sessions=[session("s1", "/w/a")])
+
+    # Every process agrees with the round's stats: the store is unavailable for the whole round.
+    assert (holder.available, holder.get()) == (False, None)
+
+
+def test_a_store_that_becomes_unreadable_during_the_round_fails_it_naming_the_store(tmp_path: Path) -> None:
+    from rollout_assets.backfill.parallel import StorePerProcess
+    from rollout_assets.sources.opencode import OpencodeStoreChanged
+    from rollout_assets_tests.builders import session, write_opencode_db
+
+    path = write_opencode_db(tmp_path / "opencode.db", sessions=[session("s1", "/w/a")])
+    holder = StorePerProcess.probe(path)
+    path.write_bytes(b"not a database any more")
+
+    with pytest.raises(OpencodeStoreChanged, match=f"{path}: the opencode store became unreadable"):
+        holder.get()

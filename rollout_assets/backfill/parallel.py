@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from rollout_assets.backfill.join import cell_rows, episode_lines, line_context, proposer_lines
 from rollout_assets.backfill.lines import LineContext
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter
-from rollout_assets.sources.opencode import OpencodeStore
+from rollout_assets.sources.opencode import OpencodeStore, OpencodeStoreChanged
 from rollout_assets.sources.round import CampaignEntry, CellRecord, RoundManifest, build_manifest
 
 # Cells per unit: small enough to balance two cores, large enough that a unit's start-up
@@ -85,18 +85,36 @@ class StorePerProcess:
     directory once (`OpencodeStore.index_directories`) instead of scanning the session table
     for every unit. A forked child never uses its parent's connection (SQLite connections do
     not survive a fork): it opens its own on first use. Only the opening process closes one.
+
+    Whether the store is available is decided once, by `probe`, for the whole round: every
+    process then agrees with the stats and with each other. A store that was unavailable
+    stays so (no process opens it); one that was available and can no longer be opened fails
+    the round instead of mixing sessions and "store unavailable" gaps in one ledger.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = path
+    def __init__(self, path: str | os.PathLike[str], available: bool):
+        self.path, self.available = path, available
         self._owner: int | None = None
         self._store: OpencodeStore | None = None
 
+    @classmethod
+    def probe(cls, path: str | os.PathLike[str]) -> Self:
+        store = OpencodeStore.open(path)
+        if store is not None:
+            store.close()
+        return cls(path, available=store is not None)
+
     def get(self) -> OpencodeStore | None:
+        if not self.available:
+            return None
         if self._owner != os.getpid():
-            self._owner, self._store = os.getpid(), OpencodeStore.open(self.path)
-            if self._store is not None:
-                self._store.index_directories()
+            store = OpencodeStore.open(self.path)
+            if store is None:
+                raise OpencodeStoreChanged(
+                    f"{self.path}: the opencode store became unreadable during the backfill; run it again"
+                )
+            self._owner, self._store = os.getpid(), store
+            store.index_directories()
         return self._store
 
     def close(self) -> None:
@@ -221,9 +239,11 @@ def round_units(manifest: RoundManifest, cells_per_unit: int | None = None) -> l
 class _RoundProducer:
     """Lines of one unit of a round; each worker opens its own store connection."""
 
-    def __init__(self, manifest: RoundManifest, context: LineContext, opencode_db: Any, claude_projects_dir: Any):
+    def __init__(
+        self, manifest: RoundManifest, context: LineContext, stores: StorePerProcess, claude_projects_dir: Any
+    ):
         self.manifest, self.context = manifest, context
-        self.stores, self.claude_projects_dir = StorePerProcess(opencode_db), claude_projects_dir
+        self.stores, self.claude_projects_dir = stores, claude_projects_dir
 
     def __call__(self, unit: CellUnit | ProposerUnit) -> Iterator[dict[str, Any]]:
         if isinstance(unit, ProposerUnit):
@@ -268,10 +288,7 @@ def backfill_to_file(
     """
     manifest = build_manifest(out_dir)
     context = line_context(manifest, captured_at)
-    store = OpencodeStore.open(opencode_db)
-    available = store is not None
-    if store is not None:
-        store.close()
+    stores = StorePerProcess.probe(opencode_db)
     units = round_units(manifest)
     total_cells = sum(len(entry.cells) for entry in manifest.entries)
     done = 0
@@ -282,8 +299,8 @@ def backfill_to_file(
             done += unit.stop - unit.start
             on_cells_done(done, total_cells)
 
-    producer = _RoundProducer(manifest, context, opencode_db, claude_projects_dir)
+    producer = _RoundProducer(manifest, context, stores, claude_projects_dir)
     with LedgerWriter(ledger_path) as writer:
         stats = write_units(writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done)
-    stats.opencode_db_available = available
+    stats.opencode_db_available = stores.available
     return manifest, stats

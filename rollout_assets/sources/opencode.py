@@ -70,6 +70,11 @@ class OpencodeSession:
     time_updated: int | float | None
 
 
+class OpencodeStoreChanged(RuntimeError):
+    """The store was readable when a round started and is not any more: its ledger would mix
+    joined sessions with "store unavailable" gaps, so it is not written."""
+
+
 class OpencodeStore:
     """A read-only connection to one opencode database."""
 
