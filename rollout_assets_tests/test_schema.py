@@ -1,7 +1,9 @@
 """The `tangle.rollout.v1` line rules: each one accepted when kept, rejected when broken."""
 
+from collections.abc import Callable
 from typing import Any
 
+import jsonschema
 import pytest
 from pydantic import ValidationError
 
@@ -312,3 +314,61 @@ def test_json_schema_uses_the_file_keys() -> None:
         "title": "Tool Call Id",
         "type": "string",
     }
+
+
+# ---------------------------------------------------------------------------
+# The published JSON Schema refuses what the models refuse
+# ---------------------------------------------------------------------------
+
+
+def _broken(change: Callable[[dict[str, Any]], Any], *, worker: bool = False) -> dict[str, Any]:
+    line = sample_worker_line() if worker else sample_line()
+    change(line)
+    return line
+
+
+def _gated(reward: Any) -> Callable[[dict[str, Any]], None]:
+    def change(line: dict[str, Any]) -> None:
+        line["outcome"].update(realness_gated=True, reward=reward)
+
+    return change
+
+
+SCHEMA_CASES = {
+    # valid
+    "supervisor gap line": (True, sample_line()),
+    "gated, reward 0": (True, _broken(_gated(0))),
+    "gated, reward -1": (True, _broken(_gated(-1))),
+    "gated, reward null": (True, _broken(_gated(None))),
+    "messages, no gap, a tool message answering its call": (True, sample_worker_line()),
+    # invalid, each by one rule the models check in code
+    "tool message without tool_call_id": (
+        False,
+        _broken(lambda line: line["messages"][2].pop("tool_call_id"), worker=True),
+    ),
+    "gated, reward 0.5": (False, _broken(_gated(0.5))),
+    "gated, reward 1": (False, _broken(_gated(1))),
+    "no messages and no gap": (False, _broken(lambda line: line["provenance"].pop("gap"))),
+    "blank gap": (False, _broken(lambda line: line["provenance"].update(gap="  \t"))),
+    "empty gap": (False, _broken(lambda line: line["provenance"].update(gap=""))),
+    # invalid by type, as pydantic derives it
+    "empty rollout_id": (False, _broken(lambda line: line.update(rollout_id=""))),
+    "unknown key": (False, _broken(lambda line: line.update(extra=1))),
+    "reward as a string": (False, _broken(lambda line: line["outcome"].update(reward="1"))),
+    "rep as a float": (False, _broken(lambda line: line["task"].update(rep=0.5))),
+}
+
+
+@pytest.mark.parametrize("case", list(SCHEMA_CASES))
+def test_the_json_schema_and_the_models_agree_on_a_line(case: str) -> None:
+    expected, line = SCHEMA_CASES[case]
+    validator = jsonschema.Draft202012Validator(rollout_json_schema())
+
+    schema_errors = list(validator.iter_errors(line))
+    try:
+        RolloutLine.model_validate(line)
+        model_valid = True
+    except ValidationError:
+        model_valid = False
+
+    assert (model_valid, not schema_errors) == (expected, expected), [e.message for e in schema_errors]

@@ -53,7 +53,9 @@ def _non_empty(value: str) -> str:
 # Checked in Python, not with `min_length`: pydantic-core measures a constrained string as
 # UTF-8 and refuses one holding a lone surrogate (a torn escape in a scenarioId, a file name
 # that is not UTF-8), which a line may carry and the writer escapes. Same JSON Schema.
-NonEmptyStr = Annotated[StrictStr, AfterValidator(_non_empty), WithJsonSchema({"type": "string", "minLength": 1})]
+NonEmptyStr = Annotated[
+    StrictStr, AfterValidator(_non_empty), WithJsonSchema({"type": "string", "minLength": 1})
+]
 
 # A line is plain JSON and nothing else; `allow_inf_nan=False` covers typed floats only.
 _LINE_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -321,5 +323,28 @@ class RolloutLine(BaseModel):
 
 
 def rollout_json_schema() -> dict[str, Any]:
-    """The JSON Schema of one ledger line, keyed as in the file (`schema`, not `schema_`)."""
-    return RolloutLine.model_json_schema(by_alias=True)
+    """The JSON Schema of one ledger line, keyed as in the file (`schema`, not `schema_`).
+
+    Besides the types pydantic derives, it states the rules the models check in code, so a
+    consumer validating with the schema accepts and refuses the lines this module does: a
+    `tool` message answers a call (`tool_call_id`), a gated rollout's reward is null or <= 0,
+    a line without messages says why (`provenance.gap`), and a gap is not blank. Only
+    `captured_at` is looser here (`format: date-time`, which validators need not enforce):
+    the models also require it to be UTC.
+    """
+    schema = RolloutLine.model_json_schema(by_alias=True)
+    definitions = schema["$defs"]
+    definitions["ChatMessage"]["if"] = {"properties": {"role": {"const": "tool"}}, "required": ["role"]}
+    definitions["ChatMessage"]["then"] = {"required": ["tool_call_id"]}
+    definitions["Outcome"]["if"] = {
+        "properties": {"realness_gated": {"const": True}},
+        "required": ["realness_gated"],
+    }
+    definitions["Outcome"]["then"] = {
+        "properties": {"reward": {"anyOf": [{"type": "null"}, {"type": "number", "maximum": 0}]}}
+    }
+    definitions["Provenance"]["properties"]["gap"]["pattern"] = r"\S"
+    definitions["Provenance"]["properties"]["captured_at"]["format"] = "date-time"
+    schema["if"] = {"properties": {"messages": {"maxItems": 0}}, "required": ["messages"]}
+    schema["then"] = {"properties": {"provenance": {"required": ["gap"]}}}
+    return schema
