@@ -12,18 +12,21 @@ taken in the same pass); each check's verdict is then a comparison of the two.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import re
 import sqlite3
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import orjson
@@ -39,6 +42,15 @@ SAMPLE_SIZE = 10
 _GEN = re.compile(r"^gen-(\d+)\Z", re.ASCII)
 _CAND = re.compile(r"^candidate-(\d+)\Z", re.ASCII)
 _RECEIPT = re.compile(r"^gen(\d+)-cand(\d+)-shot(\d+)\.json\Z", re.ASCII)
+_OFFICIAL_JUDGE = "swe-arena-official-judge"
+# rollout-v1.md, Ids: uuid5 of the invocation's name in this namespace.
+_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tangle.rollout.v1")
+
+
+def _rollout_id(name: str) -> str:
+    """uuid5's algorithm; a name holding a lone surrogate is encoded as UTF-8 would encode it."""
+    digest = hashlib.sha1(_ID_NAMESPACE.bytes + name.encode("utf-8", "surrogatepass")).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 @dataclass
@@ -57,13 +69,32 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _int_or_double_or_none(text: str) -> int | float | None:
+    value = int(text)
+    if -(2**63) <= value < 2**64:
+        return value
+    return _finite_or_none(text)
+
+
 def _loads(raw: bytes) -> Any:
     """Strict JSON (NaN/Infinity refused); orjson for speed, the standard module for what only
-    it accepts (invalid UTF-8, decoded with replacement as the seed does; lone surrogates)."""
+    it accepts (invalid UTF-8, decoded with replacement as the seed does; lone surrogates). A
+    number beyond a double reads as null, and an integer beyond 64 bits as a double, as orjson
+    and JavaScript read them."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw.decode("utf-8", errors="replace"), parse_constant=_reject_constant)
+        return json.loads(
+            raw.decode("utf-8", errors="replace"),
+            parse_constant=_reject_constant,
+            parse_float=_finite_or_none,
+            parse_int=_int_or_double_or_none,
+        )
 
 
 def _input_json(raw: bytes) -> Any:
@@ -139,6 +170,23 @@ class _Cell:
     scenario_id: str
     rep: int
     run_dir: str | None
+    reward: Any  # what its supervisor line's reward must be
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell_reward(record: dict[str, Any]) -> int | float | None:
+    """rollout-v1.md: the official judge's composite, else 1/0 from a boolean `resolved`, else null."""
+    scores = record.get("judgeScores")
+    official = scores.get(_OFFICIAL_JUDGE) if isinstance(scores, dict) else None
+    composite = official.get("composite") if isinstance(official, dict) else None
+    if _is_number(composite):
+        return composite
+    artifact = record.get("artifact")
+    resolved = artifact.get("resolved") if isinstance(artifact, dict) else None
+    return (1 if resolved else 0) if isinstance(resolved, bool) else None
 
 
 def _listdir(folder: Path) -> list[str]:
@@ -148,9 +196,11 @@ def _listdir(folder: Path) -> list[str]:
         return []
 
 
-def _campaign_dirs(out_dir: Path) -> Iterator[tuple[str, Path]]:
+def _campaign_dirs(out_dir: Path) -> list[tuple[str, Path]]:
+    """(candidate id, folder) of the baseline, then of every candidate by generation and index
+    (the ledger's order)."""
     improve = out_dir / "improve-run"
-    yield "baseline", improve / "baseline"
+    candidates = []
     for generation in _listdir(improve):
         g = _GEN.match(generation)
         if g is None:
@@ -158,7 +208,9 @@ def _campaign_dirs(out_dir: Path) -> Iterator[tuple[str, Path]]:
         for candidate in _listdir(improve / generation):
             c = _CAND.match(candidate)
             if c is not None:
-                yield f"gen{int(g[1])}-cand{int(c[1])}", improve / generation / candidate
+                candidates.append(((int(g[1]), int(c[1])), improve / generation / candidate))
+    candidates.sort(key=lambda item: item[0])
+    return [("baseline", improve / "baseline")] + [(f"gen{g}-cand{i}", folder) for (g, i), folder in candidates]
 
 
 def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iterator[_Cell]:
@@ -171,7 +223,13 @@ def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iter
         artifact = record.get("artifact")
         run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
         rep = record["rep"]
-        yield _Cell(candidate_id, record["scenarioId"], int(rep), run_dir if isinstance(run_dir, str) else None)
+        yield _Cell(
+            candidate_id,
+            record["scenarioId"],
+            int(rep),
+            run_dir if isinstance(run_dir, str) else None,
+            _cell_reward(record),
+        )
 
 
 def _result_json(run_dir: str | None) -> dict[str, Any] | None:
@@ -189,6 +247,17 @@ def _result_json(run_dir: str | None) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------
 
 
+class ExpectedLine(NamedTuple):
+    """One line the inputs say the ledger must hold, in ledger order."""
+
+    rollout_id: str
+    reward: Any  # what its reward must be; _ANY_REWARD where this audit does not recompute it
+    what: str  # the invocation, for a failing check's sample
+
+
+_ANY_REWARD = object()
+
+
 @dataclass
 class InputsRecount:
     """Everything the round's inputs say the ledger must account for, read once."""
@@ -199,28 +268,49 @@ class InputsRecount:
     receipts: Counter[tuple[str, int]]  # (instance_id, shot): one proposer line each
     store_readable: bool
     session_ids: list[str]  # the opencode sessions of those cwds
+    run_id: str  # the run_id of every line
+    # Every line, in ledger order; None when the recount was taken without the opencode store.
+    expected: list[ExpectedLine] | None = None
 
 
-def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, list[str]]:
-    """(store readable, ids of the sessions of `directories`), by this module's own SQL."""
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")  # as the join reads the store's text
+
+
+def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, dict[str, list[str]]]:
+    """(store readable, the session ids of each of `directories`, oldest first), by this
+    module's own SQL. Readable as inputs.md §4 has it: the file opens as a database with a
+    `session` table (`id`, `directory`), a `message` and a `part` table, and its first read,
+    the whole session table, succeeds."""
     if not opencode_db.is_file() or not directories:
-        return opencode_db.is_file(), []
+        return opencode_db.is_file(), {}
     try:
         connection = sqlite3.connect(f"file:{quote(str(opencode_db.resolve()))}?mode=ro", uri=True)
     except sqlite3.Error:
-        return False, []
+        return False, {}
+    connection.text_factory = _decode_text
     try:
+        columns = {row[1] for row in connection.execute("PRAGMA table_info(session)")}
+        if not {"id", "directory"} <= columns:
+            return False, {}
+        connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
+        connection.execute("SELECT 1 FROM part LIMIT 1").fetchall()
         # One pass over the table: `directory` has no index, so a query per batch of directories
         # would scan it once per batch, a cost growing with the square of the round.
-        ids = [row[0] for row in connection.execute("SELECT id, directory FROM session") if row[1] in directories]
-        return True, ids
+        order = "time_created, id" if "time_created" in columns else "id"
+        sessions: dict[str, list[str]] = {}
+        for session_id, directory in connection.execute(f"SELECT id, directory FROM session ORDER BY {order}"):
+            if isinstance(session_id, str) and directory in directories:
+                sessions.setdefault(directory, []).append(session_id)
+        return True, sessions
     except sqlite3.Error:
-        return False, []
+        return False, {}
     finally:
         connection.close()
 
 
-def _receipt_keys(out_dir: Path) -> Iterator[tuple[str, int]]:
+def _receipts(out_dir: Path) -> Iterator[tuple[tuple[str, int], str]]:
+    """((instance_id, shot), path relative to the outDir) of every shot receipt."""
     shots = out_dir / "proposer-shots"
     for name in _listdir(shots):
         path = shots / name
@@ -228,11 +318,11 @@ def _receipt_keys(out_dir: Path) -> Iterator[tuple[str, int]]:
             for inner in _listdir(path):
                 match = _RECEIPT.match(inner)
                 if match:
-                    yield f"gen{int(match[1])}-cand{int(match[2])}-{name}", int(match[3])
+                    yield (f"gen{int(match[1])}-cand{int(match[2])}-{name}", int(match[3])), f"proposer-shots/{name}/{inner}"
         else:
             match = _RECEIPT.match(name)
             if match:
-                yield f"gen{int(match[1])}-cand{int(match[2])}", int(match[3])
+                yield (f"gen{int(match[1])}-cand{int(match[2])}", int(match[3])), f"proposer-shots/{name}"
 
 
 @dataclass
@@ -242,11 +332,14 @@ class _CellsRecount:
     cells: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     cwds: set[str] = field(default_factory=set)
     without_list: list[str] = field(default_factory=list)
+    # (cell, its distinct worker cwds in first-listed order), in ledger order
+    in_order: list[tuple[_Cell, tuple[str, ...]]] = field(default_factory=list)
 
     def merge(self, later: _CellsRecount) -> None:
         self.cells.update(later.cells)
         self.cwds |= later.cwds
         self.without_list += later.without_list
+        self.in_order += later.in_order
 
 
 def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _CellsRecount:
@@ -256,8 +349,9 @@ def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _C
         result = _result_json(cell.run_dir)
         recovered = result.get("recoveredSpend") if result is not None else None
         listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
-        if isinstance(listed, list):
-            recount.cwds.update(cwd for cwd in listed if isinstance(cwd, str))
+        cwds = tuple(dict.fromkeys(cwd for cwd in listed if isinstance(cwd, str))) if isinstance(listed, list) else ()
+        recount.cwds.update(cwds)
+        recount.in_order.append((cell, cwds))
         # Workers that ran but cannot be listed: no readable result.json, or one that counts
         # spawned workers without naming their cwds.
         reported = result is not None and any(
@@ -266,6 +360,8 @@ def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _C
         )
         if (cell.run_dir is not None and result is None) or (reported and not isinstance(listed, list)):
             recount.without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
+    # A campaign's cells come in (scenario, rep) order in the ledger, whatever their folder names.
+    recount.in_order.sort(key=lambda item: (item[0].scenario_id, item[0].rep))
     return recount
 
 
@@ -295,12 +391,53 @@ def recount_inputs(out_dir: Path, opencode_db: Path | None, workers: int | None 
     """One walk of the cells (and their result.json), the receipts, and one SQL pass over the
     store (skipped when `opencode_db` is None)."""
     cells = _recount_cells(out_dir, workers)
-    store_readable, session_ids = (
-        _opencode_sessions(opencode_db, cells.cwds) if opencode_db is not None else (False, [])
+    store_readable, sessions = (
+        _opencode_sessions(opencode_db, cells.cwds) if opencode_db is not None else (False, {})
     )
+    receipts = list(_receipts(out_dir))
+    run_id = _run_id(out_dir)
     return InputsRecount(
-        cells.cells, cells.cwds, cells.without_list, Counter(_receipt_keys(out_dir)), store_readable, session_ids
+        cells=cells.cells,
+        worker_cwds=cells.cwds,
+        cells_without_worker_list=cells.without_list,
+        receipts=Counter(key for key, _ in receipts),
+        store_readable=store_readable,
+        session_ids=[session for ids in sessions.values() for session in ids],
+        run_id=run_id,
+        expected=None if opencode_db is None else _expected_lines(run_id, cells.in_order, sessions, receipts),
     )
+
+
+def _run_id(out_dir: Path) -> str:
+    """rollout-v1.md: loop-provenance.json's `runId`, else the absolute outDir."""
+    try:
+        provenance = _input_json((out_dir / "improve-run" / "loop-provenance.json").read_bytes())
+    except (OSError, ValueError):
+        provenance = None
+    run_id = provenance.get("runId") if isinstance(provenance, dict) else None
+    return run_id if isinstance(run_id, str) and run_id else os.path.abspath(out_dir)
+
+
+def _expected_lines(
+    run_id: str,
+    cells: list[tuple[_Cell, tuple[str, ...]]],
+    sessions: dict[str, list[str]],
+    receipts: list[tuple[tuple[str, int], str]],
+) -> list[ExpectedLine]:
+    """Every line of the round, in ledger order, named by its id (rollout-v1.md, Ids): each
+    cell's supervisor, then one worker line per session of each of its cwds (one gap line for
+    a cwd without a session), cell after cell; then one proposer line per receipt, by path."""
+    lines = []
+    for cell, cwds in cells:
+        supervisor = _rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
+        lines.append(ExpectedLine(supervisor, cell.reward, f"supervisor {cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}"))
+        for cwd in cwds:
+            for session in sessions.get(cwd) or ["-"]:
+                worker = _rollout_id(f"{supervisor}|{cwd}|{session}")
+                lines.append(ExpectedLine(worker, cell.reward, f"worker {cwd} session {session} of {supervisor}"))
+    for _, relative_path in sorted(receipts, key=lambda receipt: receipt[1]):
+        lines.append(ExpectedLine(_rollout_id(f"{run_id}|proposer|{relative_path}"), _ANY_REWARD, f"proposer {relative_path}"))
+    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -335,10 +472,33 @@ class LedgerRecount:
     rollout_ids: Counter[str] = field(default_factory=Counter)
     supervisor_ids: set[str] = field(default_factory=set)
     parents: list[tuple[int, str]] = field(default_factory=list)
+    # against the inputs: every valid line as (line number, rollout_id, reward), in order
+    sequence: list[tuple[int, str, Any]] = field(default_factory=list)
+    run_ids: Counter[str] = field(default_factory=Counter)
+    ids_not_matching_fields: int = 0
+    id_problems: list[str] = field(default_factory=list)  # the first SAMPLE_SIZE, in line order
 
     def _problem(self, message: str) -> None:
         if len(self.line_problems) < SAMPLE_SIZE:
             self.line_problems.append(message)
+
+    def _check_id(self, value: dict[str, Any], where: str) -> None:
+        """A supervisor's or worker's id names its invocation (rollout-v1.md, Ids): an id that
+        does not follow from the line's own fields means a field was changed, or the line made up."""
+        role = value["role"]
+        if role == "supervisor":
+            task = value["task"]
+            name = f"{value['run_id']}|supervisor|{value['candidate_id']}|{task['instance_id']}|{task['rep']}"
+        elif role == "worker":
+            ref = value["artifacts"]["transcript_ref"]
+            session = ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
+            name = f"{value['parent_rollout_id']}|{value['outcome']['metrics'].get('worker_cwd')}|{session}"
+        else:
+            return  # a proposer's id names its receipt's path, which the line does not hold
+        if _rollout_id(name) != value["rollout_id"]:
+            self.ids_not_matching_fields += 1
+            if len(self.id_problems) < SAMPLE_SIZE:
+                self.id_problems.append(f"{where}: rollout_id {value['rollout_id']} is not the id of {name!r}")
 
     def _tally(self, audit: str, line: _Line, count: Any) -> None:
         if audit in self.unreadable:
@@ -388,6 +548,9 @@ class LedgerRecount:
             self.supervisor_ids.add(value["rollout_id"])
         if value["parent_rollout_id"] is not None:
             self.parents.append((lineno, value["parent_rollout_id"]))
+        self.sequence.append((lineno, value["rollout_id"], value["outcome"]["reward"]))
+        self.run_ids[value["run_id"]] += 1
+        self._check_id(value, where)
 
     def observe(self, raw: bytes, lineno: int) -> None:
         where = f"{self.path}:{lineno}"
@@ -429,6 +592,10 @@ class LedgerRecount:
         self.rollout_ids.update(later.rollout_ids)
         self.supervisor_ids |= later.supervisor_ids
         self.parents += later.parents
+        self.sequence += later.sequence
+        self.run_ids.update(later.run_ids)
+        self.ids_not_matching_fields += later.ids_not_matching_fields
+        self.id_problems += later.id_problems[: SAMPLE_SIZE - len(self.id_problems)]
 
 
 # Below this size a second process costs more than it saves.
@@ -566,6 +733,67 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
     )
 
 
+def _same_reward(seen: Any, expected: Any) -> bool:
+    if expected is _ANY_REWARD:
+        return True
+    if expected is None or seen is None:
+        return seen is expected
+    return _is_number(seen) and seen == expected
+
+
+def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
+    """The ledger holds exactly the lines the inputs name, in their order: every line's id is
+    the one its invocation must have, and follows from its own fields; every line is of this
+    round (`run_id`); every supervisor's reward is its cell's verdict, inherited by its workers.
+
+    The counting checks prove nothing is missing or doubled; this one proves that what is there
+    belongs where it is: a worker moved under another supervisor, a line of another round, a
+    changed reward or instance id, a made-up gap line or a reordered ledger all fail it."""
+    if inputs.expected is None:
+        raise ValueError("the inputs were recounted without the opencode store: worker lines cannot be named")
+    problems: list[str] = []
+    foreign = {run_id: n for run_id, n in ledger.run_ids.items() if run_id != inputs.run_id}
+    problems += [f"{n} line(s) of run_id {run_id!r}, not this round's {inputs.run_id!r}" for run_id, n in foreign.items()]
+    problems += ledger.id_problems
+    expected_ids = [line.rollout_id for line in inputs.expected]
+    seen_ids = [rollout_id for _, rollout_id, _ in ledger.sequence]
+    out_of_place = 0
+    if seen_ids != expected_ids:
+        index = next(
+            (i for i, (seen, expected) in enumerate(zip(seen_ids, expected_ids, strict=False)) if seen != expected),
+            min(len(seen_ids), len(expected_ids)),
+        )
+        out_of_place = ledger.sequence[index][0] if index < len(ledger.sequence) else ledger.lines + 1
+        wanted = inputs.expected[index].what if index < len(expected_ids) else "the end of the ledger"
+        found = seen_ids[index] if index < len(seen_ids) else "the end of the ledger"
+        problems.append(f"{ledger.path}:{out_of_place}: expected {wanted}, found {found}")
+    expected_by_id = {line.rollout_id: line for line in inputs.expected}
+    wrong_rewards = [
+        (lineno, reward, expected_by_id[rollout_id])
+        for lineno, rollout_id, reward in ledger.sequence
+        if rollout_id in expected_by_id and not _same_reward(reward, expected_by_id[rollout_id].reward)
+    ]
+    problems += [
+        f"{ledger.path}:{lineno}: reward {reward!r}, but the inputs give {line.what} the reward {line.reward!r}"
+        for lineno, reward, line in wrong_rewards[:SAMPLE_SIZE]
+    ]
+    foreign_lines = sum(foreign.values())
+    return AuditResult(
+        passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or wrong_rewards),
+        expected=len(expected_ids),
+        seen=len(seen_ids),
+        missing=foreign_lines + ledger.ids_not_matching_fields + len(wrong_rewards) + (1 if out_of_place else 0),
+        sample=_sample(problems),
+        details={
+            "run_id": inputs.run_id,
+            "lines_of_another_run": foreign_lines,
+            "ids_not_matching_fields": ledger.ids_not_matching_fields,
+            "first_line_out_of_place": out_of_place,
+            "wrong_rewards": len(wrong_rewards),
+        },
+    )
+
+
 def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
     """The stored counters reconcile with the ledger and with each other."""
     stats = json.loads(stats_path.read_bytes())
@@ -612,6 +840,10 @@ def audit_workers(out_dir: Path, ledger_path: Path, opencode_db: Path) -> AuditR
 
 def audit_proposers(out_dir: Path, ledger_path: Path) -> AuditResult:
     return proposers_verdict(recount_inputs(out_dir, None), recount_ledger(ledger_path))
+
+
+def audit_inputs_match(out_dir: Path, ledger_path: Path, opencode_db: Path) -> AuditResult:
+    return inputs_match_verdict(recount_inputs(out_dir, opencode_db), recount_ledger(ledger_path))
 
 
 def audit_integrity(ledger_path: Path) -> AuditResult:

@@ -53,6 +53,7 @@ CHECK_NAMES = {
     "every_cell_has_one_supervisor_line",
     "every_worker_session_accounted_for",
     "every_shot_receipt_has_one_proposer_line",
+    "every_line_is_its_invocation_in_order",
     "ledger_lines_valid_and_linked",
     "stats_reconcile_with_ledger",
     "every_cell_lists_its_workers",

@@ -114,6 +114,7 @@ def test_unbroken_backfill_passes_every_audit(
     assert audit.audit_workers(out_dir, ledger, demo.opencode_db).passed
     assert audit.audit_proposers(out_dir, ledger).passed
     assert audit.audit_integrity(ledger).passed
+    assert audit.audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
     assert audit.audit_stats(ledger, stats_path).passed
     assert audit.cells_without_worker_list(out_dir) == []
 
@@ -396,6 +397,126 @@ def test_worker_list_check_warns_without_failing_the_run(tmp_path: Path) -> None
 
 
 # ---------------------------------------------------------------------------
+# every_line_is_its_invocation_in_order: lines that are all there, but not what they should be
+# ---------------------------------------------------------------------------
+
+
+def _supervisors(lines: list[Line]) -> list[int]:
+    return [i for i, line in enumerate(lines) if line["role"] == "supervisor"]
+
+
+def _move_a_worker_to_another_supervisor(lines: list[Line]) -> None:
+    first, second = _supervisors(lines)[:2]
+    worker = next(i for i, line in enumerate(lines) if line["parent_rollout_id"] == lines[first]["rollout_id"])
+    lines[worker]["parent_rollout_id"] = lines[second]["rollout_id"]
+
+
+def _null_reward_to_zero(lines: list[Line]) -> None:
+    index = next(i for i in _supervisors(lines) if lines[i]["outcome"]["reward"] is None)
+    lines[index]["outcome"].update(reward=0, reward_source="swe-arena-official-judge")
+
+
+def _reverse(lines: list[Line]) -> None:
+    lines.reverse()
+
+
+def _swap_two_supervisors(lines: list[Line]) -> None:
+    first, second = _supervisors(lines)[:2]
+    lines[first], lines[second] = lines[second], lines[first]
+
+
+def _transcript_to_a_gap(lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "worker" and line["messages"])
+    lines[index]["messages"] = []
+    cwd = lines[index]["outcome"]["metrics"]["worker_cwd"]
+    lines[index]["provenance"]["gap"] = f"no opencode session found for worker cwd {cwd}"
+    lines[index]["artifacts"]["transcript_ref"] = None
+
+
+def _line_of_another_round(lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "proposer")
+    lines[index]["run_id"] = "improve-round-002"
+
+
+def _swap_instance_ids(lines: list[Line]) -> None:
+    first, *others = _supervisors(lines)
+    task = lines[first]["task"]
+    other = next(lines[i]["task"] for i in others if lines[i]["task"]["instance_id"] != task["instance_id"])
+    task["instance_id"], other["instance_id"] = other["instance_id"], task["instance_id"]
+
+
+def _extra_gap_line(lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "worker")
+    extra = json.loads(json.dumps(lines[index]))
+    extra["rollout_id"] = str(uuid.uuid4())
+    extra["messages"], extra["artifacts"]["transcript_ref"] = [], None
+    extra["outcome"]["metrics"]["worker_cwd"] = "/clones/never-listed"
+    extra["provenance"]["gap"] = "no opencode session found for worker cwd /clones/never-listed"
+    lines.insert(index + 1, extra)
+
+
+def _worker_reward_differs_from_its_supervisor(lines: list[Line]) -> None:
+    index = next(
+        i for i, line in enumerate(lines) if line["role"] == "worker" and line["outcome"]["reward"] is not None
+    )
+    lines[index]["outcome"]["reward"] = 0.25
+
+
+MISPLACED = {
+    "a worker moved under another supervisor": _move_a_worker_to_another_supervisor,
+    "a null supervisor reward turned into 0": _null_reward_to_zero,
+    "the ledger reversed": _reverse,
+    "two supervisor lines swapped": _swap_two_supervisors,
+    "a joined transcript turned into a gap line": _transcript_to_a_gap,
+    "a line with another round's run_id": _line_of_another_round,
+    "instance ids swapped between two supervisors": _swap_instance_ids,
+    "a made-up gap line for a cwd no cell lists": _extra_gap_line,
+    "a worker reward that is not its supervisor's": _worker_reward_differs_from_its_supervisor,
+}
+
+
+@pytest.mark.parametrize("break_it", list(MISPLACED), ids=list(MISPLACED))
+def test_the_order_and_identity_check_fails_on_a_misplaced_or_changed_line(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, break_it: str
+) -> None:
+    before = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    MISPLACED[break_it](lines)
+
+    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert before.passed and before.sample == []
+    assert not result.passed
+    assert result.sample, "a failing check says where"
+    # Every line still validates: only this check can see what is wrong.
+    assert audit.audit_integrity(_ledger(tmp_path, lines)).passed or break_it == "a joined transcript turned into a gap line"
+
+
+def test_the_order_and_identity_check_names_the_first_line_out_of_place(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout
+) -> None:
+    first, second = _supervisors(lines)[:2]
+    _swap_two_supervisors(lines)
+
+    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert result.details["first_line_out_of_place"] == first + 1
+    assert any(f":{first + 1}: expected supervisor " in problem for problem in result.sample)
+    assert (result.details["ids_not_matching_fields"], result.details["wrong_rewards"]) == (0, 0)
+    assert second > first
+
+
+def test_the_order_and_identity_check_reports_a_changed_reward_with_the_cells_verdict(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout
+) -> None:
+    _null_reward_to_zero(lines)
+
+    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert result.details["wrong_rewards"] == 1
+    assert any("reward 0, but the inputs give supervisor " in p and "the reward None" in p for p in result.sample)
+
+
+# ---------------------------------------------------------------------------
 # Through Dagster: a materialized round, its outputs damaged, only the checks executed
 # ---------------------------------------------------------------------------
 
@@ -437,6 +558,7 @@ def test_checks_alone_pass_on_the_untouched_round(damaged: tuple[DagsterInstance
         "every_cell_has_one_supervisor_line": (True, ROUND),
         "every_worker_session_accounted_for": (True, ROUND),
         "every_shot_receipt_has_one_proposer_line": (True, ROUND),
+        "every_line_is_its_invocation_in_order": (True, ROUND),
         "ledger_lines_valid_and_linked": (True, ROUND),
     }
 
@@ -456,6 +578,26 @@ def test_supervisor_check_run_by_dagster_fails_on_a_ledger_missing_a_line(
     metadata = metadata_values(check.metadata)
     assert (metadata["expected"], metadata["seen"], metadata["missing"]) == (30, 29, 1)
     assert metadata["sample"] == ["missing ('baseline', 'astropy__astropy-12907', 0)"]
+
+
+def test_order_check_run_by_dagster_fails_alone_on_a_reversed_ledger(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    ledger = folder / "rollout-ledger.jsonl"
+    write_jsonl(ledger, read_jsonl(ledger)[::-1])
+
+    result = run_checks_of(instance, resources, rollout_ledger)
+
+    assert not result.success
+    found = evaluations(result)
+    # Every line is still there, once, valid and linked: only the order check sees the damage.
+    assert {name for name, e in found.items() if not e.passed} == {"every_line_is_its_invocation_in_order"}
+    check = found["every_line_is_its_invocation_in_order"]
+    assert (check.severity, check.partition) == (AssetCheckSeverity.ERROR, ROUND)
+    metadata = metadata_values(check.metadata)
+    assert metadata["first_line_out_of_place"] == 1
+    assert metadata["sample"][0].startswith(f"{ledger}:1: expected supervisor baseline/astropy__astropy-12907/rep0")
 
 
 def test_integrity_check_run_by_dagster_fails_on_an_orphaned_worker_line(

@@ -112,6 +112,17 @@ def every_shot_receipt_has_one_proposer_line(
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+def every_line_is_its_invocation_in_order(
+    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+) -> AssetCheckResult:
+    """The lines are exactly the invocations the inputs name, in ledger order: ids follow from
+    the inputs and from each line's fields, run_id is the round's, supervisor and worker
+    rewards are the cell's verdict."""
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    return _result(audit.inputs_match_verdict(inputs, ledger), context.partition_key)
+
+
+@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def ledger_lines_valid_and_linked(context: AssetCheckExecutionContext, ledger_root: LedgerRoot) -> AssetCheckResult:
     """Every line validates, empty transcripts carry a gap reason, ids are unique, parents exist."""
     key = context.partition_key
@@ -146,6 +157,7 @@ ROUND_CHECKS = [
     every_cell_has_one_supervisor_line,
     every_worker_session_accounted_for,
     every_shot_receipt_has_one_proposer_line,
+    every_line_is_its_invocation_in_order,
     ledger_lines_valid_and_linked,
     stats_reconcile_with_ledger,
     every_cell_lists_its_workers,
