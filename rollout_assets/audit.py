@@ -171,6 +171,7 @@ class _Cell:
     rep: int
     run_dir: str | None
     reward: Any  # what its supervisor line's reward must be
+    resolved: bool  # resolved beyond doubt: an artifact that says so, and no error beside it
 
 
 def _is_number(value: Any) -> bool:
@@ -229,6 +230,7 @@ def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iter
             int(rep),
             run_dir if isinstance(run_dir, str) else None,
             _cell_reward(record),
+            isinstance(artifact, dict) and artifact.get("resolved") is True and record.get("error") is None,
         )
 
 
@@ -251,11 +253,8 @@ class ExpectedLine(NamedTuple):
     """One line the inputs say the ledger must hold, in ledger order."""
 
     rollout_id: str
-    reward: Any  # what its reward must be; _ANY_REWARD where this audit does not recompute it
+    reward: Any  # what its reward must be
     what: str  # the invocation, for a failing check's sample
-
-
-_ANY_REWARD = object()
 
 
 @dataclass
@@ -309,8 +308,13 @@ def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, 
         connection.close()
 
 
-def _receipts(out_dir: Path) -> Iterator[tuple[tuple[str, int], str]]:
-    """((instance_id, shot), path relative to the outDir) of every shot receipt."""
+class _Receipt(NamedTuple):
+    key: tuple[str, int]  # (the proposer line's instance_id, shot)
+    relative_path: str  # to the outDir: what the proposer's id names
+    candidate_id: str  # the campaign whose resolved fraction is the shot's reward
+
+
+def _receipts(out_dir: Path) -> Iterator[_Receipt]:
     shots = out_dir / "proposer-shots"
     for name in _listdir(shots):
         path = shots / name
@@ -318,11 +322,13 @@ def _receipts(out_dir: Path) -> Iterator[tuple[tuple[str, int], str]]:
             for inner in _listdir(path):
                 match = _RECEIPT.match(inner)
                 if match:
-                    yield (f"gen{int(match[1])}-cand{int(match[2])}-{name}", int(match[3])), f"proposer-shots/{name}/{inner}"
+                    candidate = f"gen{int(match[1])}-cand{int(match[2])}"
+                    yield _Receipt((f"{candidate}-{name}", int(match[3])), f"proposer-shots/{name}/{inner}", candidate)
         else:
             match = _RECEIPT.match(name)
             if match:
-                yield (f"gen{int(match[1])}-cand{int(match[2])}", int(match[3])), f"proposer-shots/{name}"
+                candidate = f"gen{int(match[1])}-cand{int(match[2])}"
+                yield _Receipt((candidate, int(match[3])), f"proposer-shots/{name}", candidate)
 
 
 @dataclass
@@ -334,16 +340,18 @@ class _CellsRecount:
     without_list: list[str] = field(default_factory=list)
     # (cell, its distinct worker cwds in first-listed order), in ledger order
     in_order: list[tuple[_Cell, tuple[str, ...]]] = field(default_factory=list)
+    campaigns: list[str] = field(default_factory=list)  # the candidate ids of the campaign folders
 
     def merge(self, later: _CellsRecount) -> None:
         self.cells.update(later.cells)
         self.cwds |= later.cwds
         self.without_list += later.without_list
         self.in_order += later.in_order
+        self.campaigns += later.campaigns
 
 
 def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _CellsRecount:
-    recount = _CellsRecount()
+    recount = _CellsRecount(campaigns=[candidate_id] if campaign.is_dir() else [])
     for cell in _campaign_cells(candidate_id, campaign, names):
         recount.cells[(cell.candidate_id, cell.scenario_id, cell.rep)] += 1
         result = _result_json(cell.run_dir)
@@ -400,12 +408,33 @@ def recount_inputs(out_dir: Path, opencode_db: Path | None, workers: int | None 
         cells=cells.cells,
         worker_cwds=cells.cwds,
         cells_without_worker_list=cells.without_list,
-        receipts=Counter(key for key, _ in receipts),
+        receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store_readable,
         session_ids=[session for ids in sessions.values() for session in ids],
         run_id=run_id,
-        expected=None if opencode_db is None else _expected_lines(run_id, cells.in_order, sessions, receipts),
+        expected=None if opencode_db is None else _expected_lines(run_id, cells, sessions, receipts),
     )
+
+
+def _resolved_fractions(cells: _CellsRecount) -> dict[str, int | float | None]:
+    """A candidate's proposer reward (rollout-v1.md): of the baseline's instances, the share
+    whose every replicate (max rep + 1 of the campaign) resolved; null without baseline cells."""
+    by_campaign: dict[str, list[_Cell]] = {}
+    for cell, _ in cells.in_order:
+        by_campaign.setdefault(cell.candidate_id, []).append(cell)
+    instances = {cell.scenario_id for cell in by_campaign.get("baseline", [])}
+    fractions: dict[str, int | float | None] = {}
+    for candidate_id in cells.campaigns:
+        campaign = by_campaign.get(candidate_id, [])
+        reps = max((cell.rep for cell in campaign), default=-1) + 1
+        replicates: dict[str, list[bool]] = {}
+        for cell in campaign:
+            replicates.setdefault(cell.scenario_id, []).append(cell.resolved)
+        resolved = sum(
+            1 for instance, flags in replicates.items() if instance in instances and len(flags) == reps and all(flags)
+        )
+        fractions[candidate_id] = resolved / len(instances) if instances else None
+    return fractions
 
 
 def _run_id(out_dir: Path) -> str:
@@ -419,24 +448,23 @@ def _run_id(out_dir: Path) -> str:
 
 
 def _expected_lines(
-    run_id: str,
-    cells: list[tuple[_Cell, tuple[str, ...]]],
-    sessions: dict[str, list[str]],
-    receipts: list[tuple[tuple[str, int], str]],
+    run_id: str, cells: _CellsRecount, sessions: dict[str, list[str]], receipts: list[_Receipt]
 ) -> list[ExpectedLine]:
     """Every line of the round, in ledger order, named by its id (rollout-v1.md, Ids): each
     cell's supervisor, then one worker line per session of each of its cwds (one gap line for
     a cwd without a session), cell after cell; then one proposer line per receipt, by path."""
     lines = []
-    for cell, cwds in cells:
+    for cell, cwds in cells.in_order:
         supervisor = _rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         lines.append(ExpectedLine(supervisor, cell.reward, f"supervisor {cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}"))
         for cwd in cwds:
             for session in sessions.get(cwd) or ["-"]:
                 worker = _rollout_id(f"{supervisor}|{cwd}|{session}")
                 lines.append(ExpectedLine(worker, cell.reward, f"worker {cwd} session {session} of {supervisor}"))
-    for _, relative_path in sorted(receipts, key=lambda receipt: receipt[1]):
-        lines.append(ExpectedLine(_rollout_id(f"{run_id}|proposer|{relative_path}"), _ANY_REWARD, f"proposer {relative_path}"))
+    fractions = _resolved_fractions(cells)
+    for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
+        proposer = _rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
+        lines.append(ExpectedLine(proposer, fractions.get(receipt.candidate_id), f"proposer {receipt.relative_path}"))
     return lines
 
 
@@ -734,8 +762,6 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
 
 
 def _same_reward(seen: Any, expected: Any) -> bool:
-    if expected is _ANY_REWARD:
-        return True
     if expected is None or seen is None:
         return seen is expected
     return _is_number(seen) and seen == expected
@@ -744,7 +770,8 @@ def _same_reward(seen: Any, expected: Any) -> bool:
 def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
     """The ledger holds exactly the lines the inputs name, in their order: every line's id is
     the one its invocation must have, and follows from its own fields; every line is of this
-    round (`run_id`); every supervisor's reward is its cell's verdict, inherited by its workers.
+    round (`run_id`); every supervisor's reward is its cell's verdict, inherited by its workers,
+    and every proposer's its candidate's resolved fraction.
 
     The counting checks prove nothing is missing or doubled; this one proves that what is there
     belongs where it is: a worker moved under another supervisor, a line of another round, a

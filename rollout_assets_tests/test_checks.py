@@ -462,7 +462,14 @@ def _worker_reward_differs_from_its_supervisor(lines: list[Line]) -> None:
     lines[index]["outcome"]["reward"] = 0.25
 
 
+def _proposer_reward_changed(lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "proposer")
+    reward = lines[index]["outcome"]["reward"]
+    lines[index]["outcome"]["reward"] = 1 if reward != 1 else 0.5
+
+
 MISPLACED = {
+    "a proposer reward that is not its candidate's resolved fraction": _proposer_reward_changed,
     "a worker moved under another supervisor": _move_a_worker_to_another_supervisor,
     "a null supervisor reward turned into 0": _null_reward_to_zero,
     "the ledger reversed": _reverse,
