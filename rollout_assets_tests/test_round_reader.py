@@ -619,6 +619,17 @@ def test_artifact_paths_list_existing_result_judge_and_patch_files(tmp_path: Pat
 # ---------------------------------------------------------------------------
 
 
+def test_a_relative_patch_path_is_no_artifact_path_whatever_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out_dir = round_dir(tmp_path)
+    write_cell(campaign_dir(out_dir, 0, 0), "c", cell("a__a-1", 0, artifact=artifact(patchPath="patches/a.patch")))
+    monkeypatch.chdir(tmp_path)
+    write_json(tmp_path / "patches" / "a.patch", "diff")
+
+    assert build_manifest(out_dir).entries[0].artifact_paths == []
+
+
 def receipt_rows(out_dir: Path) -> list[tuple[str, str | None, int, int, int]]:
     return [
         (r.relative_path(out_dir), r.author, r.generation, r.candidate_index, r.shot)

@@ -2,9 +2,10 @@
 
 The sensor's policy (its docstring): a round is a folder under the rounds root holding
 `improve-run/` or `proposer-shots/`; a new or changed round (by the fingerprint of the files
-the backfill reads) gets one run keyed `<round>:<fingerprint>` once its newest input is older
-than the quiet period; the cursor remembers the fingerprint last requested per round and the
-rounds whose folder vanished.
+the backfill reads) gets one run keyed `<round>:<fingerprint>:<n>` (its n-th request) once its
+newest input file or folder is older than the quiet period; the cursor remembers the
+fingerprint last requested and the number of requests per round, and the rounds whose folder
+vanished.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import RoundsRoot
 from rollout_assets.defs.sensors import RoundDiscovery, fingerprint_round, round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
+from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
 from rollout_assets_tests.dagster_rounds import CHECK_NAMES, ROUND, ROUND_SPEC, SMALL_SPEC, write_rounds
 
@@ -95,8 +97,17 @@ def tick(
     return Tick(result, new_cursor, recorder.messages)
 
 
-def cursor_of(rounds: dict[str, str], missing: list[str] | None = None) -> str:
-    return json.dumps({"rounds": rounds, "missing": missing or []}, sort_keys=True)
+def cursor_of(
+    rounds: dict[str, str], missing: list[str] | None = None, requests: dict[str, int] | None = None
+) -> str:
+    """The cursor after `requests` requests per round (default: one request of each round)."""
+    requests = dict.fromkeys(rounds, 1) if requests is None else requests
+    return json.dumps({"rounds": rounds, "requests": requests, "missing": missing or []}, sort_keys=True)
+
+
+def key_of(round_key: str, digest: str, request: int = 1) -> str:
+    """The run key of a round's `request`-th request."""
+    return f"{round_key}:{digest}:{request}"
 
 
 def fingerprint(out_dir: Path) -> str:
@@ -104,10 +115,11 @@ def fingerprint(out_dir: Path) -> str:
 
 
 def age(folder: Path, seconds: float) -> None:
-    """Set every file's modification time `seconds` into the past (instead of sleeping)."""
+    """Set the modification time of every file and folder under `folder` `seconds` into the
+    past (instead of sleeping)."""
     moment = time.time() - seconds
-    for base, _, names in os.walk(folder):
-        for name in names:
+    for base, folders, names in os.walk(folder):
+        for name in [*folders, *names]:
             os.utime(Path(base, name), (moment, moment), follow_symlinks=False)
 
 
@@ -145,7 +157,7 @@ def test_new_round_adds_its_partition_and_requests_a_keyed_run(fresh: DemoLayout
 
     assert isinstance(first.result, SensorResult)
     assert first.result.run_requests == [
-        RunRequest(partition_key=ROUND, run_key=f"{ROUND}:{digest}", tags={"rollout/fingerprint": digest})
+        RunRequest(partition_key=ROUND, run_key=key_of(ROUND, digest), tags={"rollout/fingerprint": digest})
     ]
     assert first.result.dynamic_partitions_requests == [
         AddDynamicPartitionsRequest(ROUNDS_PARTITIONS_NAME, [ROUND])
@@ -168,13 +180,11 @@ def test_new_round_is_observed_as_a_round_outdir_partition(fresh: DemoLayout) ->
         "out_dir": str(out_dir),
     }
     # cost ledger + provenance + 30 caches + result/judge of the cells that ran + 4 receipts
+    # + the patches of the cells (patches/) and of the candidates (candidates/)
+    read = {"cached-result.json", "result.json", "judge.json"}
     assert (
         metadata["input_files"]
-        == len(
-            [p for p in out_dir.rglob("*") if p.name in {"cached-result.json", "result.json", "judge.json"}]
-        )
-        + 2
-        + 4
+        == len([p for p in out_dir.rglob("*") if p.name in read or p.suffix == ".patch"]) + 2 + 4
     )
 
 
@@ -219,9 +229,75 @@ def test_a_rewritten_input_file_requests_a_new_run_with_a_new_key(fresh: DemoLay
     new = fingerprint(out_dir)
     assert new != old
     assert (out_dir.stat().st_mtime_ns, path.parent.stat().st_mtime_ns) == folder_mtimes
-    assert second.requested == [(ROUND, f"{ROUND}:{new}")]
+    assert second.requested == [(ROUND, key_of(ROUND, new, 2))]
     assert second.result.dynamic_partitions_requests == []
-    assert second.cursor == cursor_of({ROUND: new})
+    assert second.cursor == cursor_of({ROUND: new}, requests={ROUND: 2})
+
+
+def test_a_round_changed_back_to_an_earlier_state_gets_a_run_key_not_used_before(fresh: DemoLayout) -> None:
+    """A -> B -> A: Dagster skips a request whose run key an earlier run used, so the third
+    request must not reuse the first one's key, or the ledger would stay at state B."""
+    out_dir = fresh.rounds_root / ROUND
+    cell = edge_case_sites(fresh.root, ROUND_SPEC)["non_ascii_text"].cell_dir
+    aside = fresh.root / "aside"
+    instance = DagsterInstance.ephemeral()
+    state_a = fingerprint(out_dir)
+    first = tick(fresh.rounds_root, instance=instance)
+    instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [ROUND])
+
+    shutil.move(cell, aside)  # a rename: every mtime is kept, so state A comes back exactly
+    state_b = fingerprint(out_dir)
+    second = tick(fresh.rounds_root, cursor=first.cursor, instance=instance)
+    shutil.move(aside, cell)
+    third = tick(fresh.rounds_root, cursor=second.cursor, instance=instance)
+    fourth = tick(fresh.rounds_root, cursor=third.cursor, instance=instance)
+
+    assert fingerprint(out_dir) == state_a != state_b
+    run_keys = [key for ticked in (first, second, third) for _, key in ticked.requested]
+    assert len(run_keys) == len(set(run_keys)) == 3, run_keys
+    assert run_keys == [key_of(ROUND, state_a, 1), key_of(ROUND, state_b, 2), key_of(ROUND, state_a, 3)]
+    assert third.cursor == cursor_of({ROUND: state_a}, requests={ROUND: 3})
+    assert fourth.result == SkipReason("no new or changed rounds")
+
+
+def test_a_cursor_without_request_counts_is_still_read(fresh: DemoLayout) -> None:
+    """A cursor saved before request counts were kept: unchanged rounds stay skipped, and a
+    changed round's key (counted from 1) cannot equal its earlier `<round>:<fingerprint>` ones."""
+    out_dir = fresh.rounds_root / ROUND
+    age(fresh.root, 60)
+    saved = json.dumps({"rounds": {ROUND: fingerprint(out_dir)}, "missing": []}, sort_keys=True)
+
+    unchanged = tick(fresh.rounds_root, cursor=saved)
+    rewrite(edge_case_sites(fresh.root, ROUND_SPEC)["flat_receipt"].receipt_path)
+    changed = tick(fresh.rounds_root, cursor=unchanged.cursor)
+
+    assert unchanged.result == SkipReason("no new or changed rounds")
+    new = fingerprint(out_dir)
+    assert changed.requested == [(ROUND, key_of(ROUND, new, 1))]
+    assert changed.cursor == cursor_of({ROUND: new}, requests={ROUND: 1})
+
+
+@pytest.mark.parametrize("patch", ["candidate diff appears", "cell patch vanishes"])
+def test_a_patch_file_the_manifest_lists_requests_a_new_run(fresh: DemoLayout, patch: str) -> None:
+    """`candidates/<commit10>.patch` sets a candidate's diffPath (and its proposer lines'
+    patch_path); a cell's artifact.patchPath file is listed in artifactPaths when it exists."""
+    out_dir = fresh.rounds_root / ROUND
+    site = edge_case_sites(fresh.root, ROUND_SPEC)
+    age(fresh.root, 60)
+    first = tick(fresh.rounds_root)
+    manifest = build_manifest(out_dir).to_json()
+
+    if patch == "candidate diff appears":
+        diff = site["candidate_without_patch"].other_path
+        assert not diff.exists()
+        diff.write_text("diff --git a/x b/x\n", encoding="utf-8")
+    else:
+        record = json.loads((site["non_ascii_text"].cell_dir / "cached-result.json").read_text("utf-8"))
+        Path(record["artifact"]["patchPath"]).unlink()
+    second = tick(fresh.rounds_root, cursor=first.cursor)
+
+    assert build_manifest(out_dir).to_json() != manifest
+    assert second.requested == [(ROUND, key_of(ROUND, fingerprint(out_dir), 2))]
 
 
 def test_a_file_the_backfill_does_not_read_changes_nothing(fresh: DemoLayout) -> None:
@@ -251,7 +327,7 @@ def test_round_is_requested_once_older_than_its_quiet_period(fresh: DemoLayout) 
     settled = tick(fresh.rounds_root, cursor=waiting.cursor, quiet=120)
 
     digest = fingerprint(fresh.rounds_root / ROUND)
-    assert settled.requested == [(ROUND, f"{ROUND}:{digest}")]
+    assert settled.requested == [(ROUND, key_of(ROUND, digest))]
 
 
 def test_a_file_dated_in_the_future_does_not_keep_the_round_waiting(fresh: DemoLayout) -> None:
@@ -260,17 +336,79 @@ def test_a_file_dated_in_the_future_does_not_keep_the_round_waiting(fresh: DemoL
     ticked = tick(fresh.rounds_root, quiet=120)
 
     digest = fingerprint(fresh.rounds_root / ROUND)
-    assert ticked.requested == [(ROUND, f"{ROUND}:{digest}")]
+    assert ticked.requested == [(ROUND, key_of(ROUND, digest))]
     assert any(
-        level == "WARNING" and message.startswith(f"round {ROUND}: an input file is dated ")
+        level == "WARNING" and message.startswith(f"round {ROUND}: an input file or folder is dated ")
         for level, message in ticked.logged
     )
+
+
+def _start_writing(layout: DemoLayout, what: str) -> Path:
+    """Make the first trace a round leaves while `what` is being written; returns the folder
+    whose mtime it sets."""
+    site = edge_case_sites(layout.root, ROUND_SPEC)
+    if what == "cell whose arm is running":  # a cell folder without cached-result.json yet
+        folder = site["non_ascii_text"].campaign_dir / "astropy__astropy-99999__rep0"
+        folder.mkdir()
+        return folder
+    if what == "new campaign":
+        folder = layout.rounds_root / ROUND / "improve-run" / "gen-2" / "candidate-0"
+        folder.mkdir(parents=True)
+        return folder
+    receipt = site["flat_receipt" if what == "receipt" else "per_author_receipt"].receipt_path
+    # The writer's temporary file: not a receipt name, only its folder's mtime says so.
+    (receipt.parent / "gen9-cand0-shot0.json.partial").write_text("{", encoding="utf-8")
+    return receipt.parent
+
+
+@pytest.mark.parametrize("what", ["cell whose arm is running", "new campaign", "receipt", "author receipt"])
+def test_a_round_whose_folders_are_being_written_waits(fresh: DemoLayout, what: str) -> None:
+    age(fresh.root, 3600)
+    _start_writing(fresh, what)
+
+    waiting = tick(fresh.rounds_root, quiet=120)
+    age(fresh.root, 121)
+    settled = tick(fresh.rounds_root, cursor=waiting.cursor, quiet=120)
+
+    assert waiting.result == SkipReason("no new or changed rounds; 1 still settling")
+    assert waiting.cursor == cursor_of({})
+    assert settled.requested == [(ROUND, key_of(ROUND, fingerprint(fresh.rounds_root / ROUND)))]
+
+
+def test_a_new_folder_alone_does_not_request_an_unchanged_round(fresh: DemoLayout) -> None:
+    """Folder mtimes only delay a request: they are not in the fingerprint."""
+    age(fresh.root, 3600)
+    first = tick(fresh.rounds_root, quiet=120)
+    digest = fingerprint(fresh.rounds_root / ROUND)
+
+    _start_writing(fresh, "cell whose arm is running")
+    second = tick(fresh.rounds_root, cursor=first.cursor, quiet=120)
+
+    assert first.requested == [(ROUND, key_of(ROUND, digest))]
+    assert fingerprint(fresh.rounds_root / ROUND) == digest
+    assert second.result == SkipReason("no new or changed rounds")
+    assert second.cursor == first.cursor
+
+
+def test_a_folder_dated_in_the_future_does_not_keep_the_round_waiting(fresh: DemoLayout) -> None:
+    age(fresh.root, 3600)
+    folder = _start_writing(fresh, "cell whose arm is running")
+    ahead = time.time() + 3600  # an hour ahead of this machine's clock
+    os.utime(folder, (ahead, ahead))
+
+    ticked = tick(fresh.rounds_root, quiet=120)
+
+    assert any(
+        level == "WARNING" and message.startswith(f"round {ROUND}: an input file or folder is dated ")
+        for level, message in ticked.logged
+    ), ticked.logged
+    assert ticked.requested == [(ROUND, key_of(ROUND, fingerprint(fresh.rounds_root / ROUND)))]
 
 
 def test_a_change_restarts_the_quiet_period(fresh: DemoLayout) -> None:
     age(fresh.root, 600)
     first = tick(fresh.rounds_root, quiet=120)
-    assert first.requested == [(ROUND, f"{ROUND}:{fingerprint(fresh.rounds_root / ROUND)}")]
+    assert first.requested == [(ROUND, key_of(ROUND, fingerprint(fresh.rounds_root / ROUND)))]
     receipt = edge_case_sites(fresh.root, ROUND_SPEC)["flat_receipt"].receipt_path
     receipt.write_bytes(receipt.read_bytes())  # modified now
 
@@ -342,7 +480,7 @@ def test_symlink_loop_inside_a_round_does_not_hide_the_round(fresh: DemoLayout) 
 
     result = tick(fresh.rounds_root)
 
-    assert result.requested == [(ROUND, f"{ROUND}:{fingerprint(out_dir)}")]
+    assert result.requested == [(ROUND, key_of(ROUND, fingerprint(out_dir)))]
     assert result.warnings() == []
 
 
@@ -371,8 +509,8 @@ def test_cursor_carries_every_round_across_ticks(demo: DemoLayout) -> None:
     first = tick(demo.rounds_root)
 
     assert sorted(first.requested) == [
-        (ROUND, f"{ROUND}:{fingerprint(demo.rounds_root / ROUND)}"),
-        (SMALL, f"{SMALL}:{fingerprint(demo.rounds_root / SMALL)}"),
+        (ROUND, key_of(ROUND, fingerprint(demo.rounds_root / ROUND))),
+        (SMALL, key_of(SMALL, fingerprint(demo.rounds_root / SMALL))),
     ]
     assert first.cursor == cursor_of(
         {ROUND: fingerprint(demo.rounds_root / ROUND), SMALL: fingerprint(demo.rounds_root / SMALL)}
@@ -392,7 +530,7 @@ def test_restart_with_the_saved_cursor_reruns_only_the_changed_round(tmp_path: P
     changed = tick(layout.rounds_root, cursor=unchanged.cursor, instance=restarted)
 
     assert unchanged.result == SkipReason("no new or changed rounds")
-    assert changed.requested == [(SMALL, f"{SMALL}:{fingerprint(layout.rounds_root / SMALL)}")]
+    assert changed.requested == [(SMALL, key_of(SMALL, fingerprint(layout.rounds_root / SMALL), 2))]
     assert changed.result.dynamic_partitions_requests == []
 
 
@@ -422,7 +560,7 @@ def test_evaluate_tick_resolves_job_tags_and_partition_requests(demo: DemoLayout
     ]
     digest = fingerprint(demo.rounds_root / ROUND)
     first = data.run_requests[0]
-    assert (first.partition_key, first.run_key) == (ROUND, f"{ROUND}:{digest}")
+    assert (first.partition_key, first.run_key) == (ROUND, key_of(ROUND, digest))
     assert {
         key: first.tags[key] for key in ("dagster/partition", "dagster/sensor_name", "rollout/fingerprint")
     } == {
@@ -517,7 +655,7 @@ def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
     layout = write_rounds(tmp_path / "data")
     os.symlink(layout.rounds_root / ROUND, rounds_root / ROUND)
     out_dir = rounds_root / ROUND
-    first_key = f"{ROUND}:{fingerprint(out_dir)}"
+    first_key = key_of(ROUND, fingerprint(out_dir))
 
     with DagsterInstance.from_config(str(server.home)) as instance:
         (launched,) = _wait_for("the first run", lambda: _sensor_runs(instance), 60, server.log)
@@ -534,7 +672,7 @@ def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
         temp = result_json.with_name("result.json.tmp")
         temp.write_bytes(result_json.read_bytes())
         os.replace(temp, result_json)  # one atomic rewrite: same bytes, newer mtime
-        second_key = f"{ROUND}:{fingerprint(out_dir)}"
+        second_key = key_of(ROUND, fingerprint(out_dir), 2)
         assert second_key != first_key
 
         relaunched = _wait_for("a second run", lambda: _sensor_runs(instance)[1:], 30, server.log)[0]

@@ -4,9 +4,10 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 from dagster import (
     AssetKey,
@@ -41,7 +42,24 @@ class RoundFingerprint:
     files: int
     cells: int
     shot_receipts: int
-    newest_mtime: float
+    newest_mtime: float  # of the files
+    # The folders new inputs appear in (campaigns, cells, proposer-shots/ and its author
+    # folders): a cell whose arm is still running has a folder but no cached-result.json yet,
+    # and only the folder's mtime says the round is being written.
+    folders: tuple[Path, ...] = field(default=(), repr=False)
+
+    def last_written(self) -> float:
+        """The newest mtime of the files and the folders. Folders are looked at only here,
+        for a round about to be requested: an unchanged round's tick does not pay for them."""
+        newest = self.newest_mtime
+        for folder in self.folders:
+            try:
+                stat = folder.stat()
+            except OSError:
+                continue
+            if S_ISDIR(stat.st_mode):  # files among them are left out
+                newest = max(newest, stat.st_mtime)
+        return newest
 
 
 def _listdir(folder: Path) -> list[str]:
@@ -53,29 +71,43 @@ def _listdir(folder: Path) -> list[str]:
         return []
 
 
+def _string_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 @lru_cache(maxsize=200_000)
-def _run_dir_of(cell_cache: str, size: int, mtime_ns: int) -> str | None:
-    """A cell's artifact.runDir; cached by (path, size, mtime) so unchanged cells are parsed once."""
+def _artifact_of(cell_cache: str, size: int, mtime_ns: int) -> tuple[str | None, str | None]:
+    """A cell's (artifact.runDir, artifact.patchPath); cached by (path, size, mtime) so
+    unchanged cells are parsed once."""
     try:
         record = json.loads(Path(cell_cache).read_bytes().decode("utf-8", errors="replace"))
     except (OSError, ValueError):
-        return None
+        return None, None
     artifact = record.get("artifact") if isinstance(record, dict) else None
-    run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
-    return run_dir if isinstance(run_dir, str) else None
+    if not isinstance(artifact, dict):
+        return None, None
+    return _string_or_none(artifact.get("runDir")), _string_or_none(artifact.get("patchPath"))
 
 
-def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
-    """(files the backfill reads, cell count, shot receipt count) of one round.
+def _input_files(out_dir: Path) -> tuple[list[Path], list[Path], int, int]:
+    """(files the backfill reads, folders new inputs appear in, cell count, shot receipt count)
+    of one round.
 
     Campaigns and receipts are found by the round reader's own rules, so the fingerprint
     covers exactly the files the backfill will read.
     """
     improve = out_dir / "improve-run"
     files = [improve / "loop-provenance.json", improve / "cost-ledger.jsonl"]
+    # A candidate's diff is `candidates/<commit10>.patch`: whether it exists sets its diffPath
+    # and its proposer lines' patch_path. Every .patch there is taken, whichever commit it is for.
+    candidates = out_dir / "candidates"
+    files += [candidates / name for name in _listdir(candidates) if name.endswith(".patch")]
+    folders: list[Path] = []
     cells = 0
     for _, _, campaign in discover_campaigns(out_dir):
+        folders.append(campaign)
         for name in _listdir(campaign):
+            folders.append(campaign / name)
             cache = campaign / name / "cached-result.json"
             try:
                 stat = cache.stat()
@@ -83,17 +115,22 @@ def _input_files(out_dir: Path) -> tuple[list[Path], int, int]:
                 continue
             cells += 1
             files.append(cache)
-            run_dir = _run_dir_of(str(cache), stat.st_size, stat.st_mtime_ns)
+            run_dir, patch_path = _artifact_of(str(cache), stat.st_size, stat.st_mtime_ns)
             files += [Path(path) for name in ("result.json", "judge.json") if (path := run_dir_file(run_dir, name))]
+            if patch_path and os.path.isabs(patch_path):  # whether it exists decides the artifactPaths
+                files.append(Path(patch_path))
+    shots = out_dir / "proposer-shots"
+    folders += [shots, *(shots / name for name in _listdir(shots))]
     receipts = list_shot_receipts(out_dir)
     files += [Path(receipt.path) for receipt in receipts]
-    return files, cells, len(receipts)
+    return files, folders, cells, len(receipts)
 
 
 def fingerprint_round(out_dir: Path) -> RoundFingerprint:
-    """The fingerprint of a round's inputs. A directory's own mtime is not used: it does not
-    change when a file inside is rewritten."""
-    files, cells, receipts = _input_files(out_dir)
+    """The fingerprint of a round's inputs. A directory's own mtime is not in the digest: it
+    does not change when a file inside is rewritten, and it changes when a file the backfill
+    does not read comes or goes. It only counts towards the quiet period (`last_written`)."""
+    files, folders, cells, receipts = _input_files(out_dir)
     digest = hashlib.sha256()
     present = 0
     newest = 0.0
@@ -102,10 +139,12 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
             stat = path.stat()
         except OSError:
             continue
+        if not S_ISREG(stat.st_mode):  # the backfill reads a folder named like an input as no file
+            continue
         present += 1
         newest = max(newest, stat.st_mtime)
         digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-    return RoundFingerprint(digest.hexdigest()[:16], present, cells, receipts, newest)
+    return RoundFingerprint(digest.hexdigest()[:16], present, cells, receipts, newest, tuple(folders))
 
 
 def list_round_dirs(root: Path, log) -> dict[str, Path]:
@@ -148,18 +187,24 @@ def round_dirs_sensor(
       its name is its `rounds` partition key. A name that cannot be a key is skipped with a
       log line saying why; one bad directory never fails the tick.
     - A round's fingerprint hashes the size and modification time of every file the backfill
-      reads (cell caches, result.json, judge.json, shot receipts, loop-provenance.json,
-      cost-ledger.jsonl).
+      reads (cell caches, result.json, judge.json, the cells' patch files, the candidates'
+      `candidates/*.patch`, shot receipts, loop-provenance.json, cost-ledger.jsonl).
     - A new round (partition added) or a changed one (fingerprint differs from the last
-      request) gets a run with run key `<round>:<fingerprint>` and an observation of its
-      `round_outdir` (file counts, fingerprint), once its newest input file is older than the
-      quiet period; a round still being written waits.
+      request) gets a run with run key `<round>:<fingerprint>:<n>`, n counting the round's
+      requests, and an observation of its `round_outdir` (file counts, fingerprint), once
+      its newest input file, campaign folder, cell folder or proposer-shots folder is older
+      than the quiet period; a round still being written waits.
     - A round whose directory disappeared keeps its partition and ledger; the log says so.
-    - The cursor is JSON `{"rounds": {round: fingerprint last requested}, "missing": [...]}`,
-      so a restart neither re-runs unchanged rounds nor misses changed ones.
+    - The cursor is JSON `{"rounds": {round: fingerprint last requested}, "requests": {round:
+      n}, "missing": [...]}`, so a restart neither re-runs unchanged rounds nor misses changed ones.
     """
     cursor = json.loads(context.cursor) if context.cursor else {}
     requested: dict[str, str] = dict(cursor.get("rounds", {}))
+    # Dagster skips a request whose run key was used before, so the fingerprint alone cannot be
+    # the key: a round changed back to an earlier state (A -> B -> A) would never run again.
+    # A cursor written before the counter has none; its keys `<round>:<fingerprint>` cannot
+    # equal a counted one.
+    request_counts: dict[str, int] = dict(cursor.get("requests", {}))
     previously_missing = set(cursor.get("missing", []))
     found = list_round_dirs(rounds_root.path, context.log)
     now = time.time()
@@ -172,20 +217,25 @@ def round_dirs_sensor(
             continue
         if requested.get(key) == fingerprint.digest:
             continue
-        age = now - fingerprint.newest_mtime
+        last_written = fingerprint.last_written()
+        age = now - last_written
         if age < 0:
-            # A clock ahead of ours (a copied or skewed file) would keep the round waiting
-            # for ever; its content is what it is, so it is not waited for.
-            context.log.warning(f"round {key}: an input file is dated {-age:.0f} s in the future; not waiting for it")
+            # A clock ahead of ours (a copied or skewed file or folder) would keep the round
+            # waiting for ever; its content is what it is, so it is not waited for.
+            context.log.warning(
+                f"round {key}: an input file or folder is dated {-age:.0f} s in the future;"
+                " not waiting for it"
+            )
         elif age < round_discovery.quiet_period_seconds:
             waiting.append(key)
             continue
         if not context.instance.has_dynamic_partition(ROUNDS_PARTITIONS_NAME, key):
             new_keys.append(key)
+        request_counts[key] = request_counts.get(key, 0) + 1
         run_requests.append(
             RunRequest(
                 partition_key=key,
-                run_key=f"{key}:{fingerprint.digest}",
+                run_key=f"{key}:{fingerprint.digest}:{request_counts[key]}",
                 tags={"rollout/fingerprint": fingerprint.digest},
             )
         )
@@ -198,7 +248,7 @@ def round_dirs_sensor(
                     "input_files": fingerprint.files,
                     "cells": fingerprint.cells,
                     "shot_receipts": fingerprint.shot_receipts,
-                    "newest_input_mtime": fingerprint.newest_mtime,
+                    "newest_input_mtime": last_written,
                     "out_dir": str(out_dir),
                 },
             )
@@ -209,7 +259,9 @@ def round_dirs_sensor(
         context.log.warning(f"round {key}: directory disappeared; its partition and ledger are left in place")
     for key in waiting:
         context.log.info(f"round {key}: inputs changed less than {round_discovery.quiet_period_seconds} s ago; waiting")
-    new_cursor = json.dumps({"rounds": requested, "missing": missing}, sort_keys=True)
+    new_cursor = json.dumps(
+        {"rounds": requested, "requests": request_counts, "missing": missing}, sort_keys=True
+    )
     if not run_requests:
         context.update_cursor(new_cursor)
         reason = "no new or changed rounds" + (f"; {len(waiting)} still settling" if waiting else "")

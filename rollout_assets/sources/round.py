@@ -522,7 +522,9 @@ def _artifact_paths(cell: CellRecord) -> list[str]:
         path = run_dir_file(cell.run_dir, name)
         if path is not None and os.path.isfile(path):
             paths.append(path)
-    if cell.patch_path is not None and os.path.isfile(cell.patch_path):
+    # An absolute patchPath only, as for runDir: a relative one would be looked up in the
+    # folder the backfill runs in.
+    if cell.patch_path is not None and os.path.isabs(cell.patch_path) and os.path.isfile(cell.patch_path):
         paths.append(cell.patch_path)
     return paths
 
