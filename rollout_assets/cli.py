@@ -23,6 +23,7 @@ from typing import Any
 
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
+from rollout_assets.paths import is_inside, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
@@ -73,18 +74,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _is_inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except ValueError:
-        return False
-    return True
-
-
-# Files SQLite keeps beside a database while it is open: writing any of them corrupts the store.
-_SQLITE_SIBLING_SUFFIXES = ("", "-wal", "-journal", "-shm")
-
-
 def _check_ledger_path(ledger_path: Path, out_dir: Path, opencode_db: str, claude_projects_dir: str) -> None:
     """Raise _UsageError, before any work, unless OUT is a place the ledger may be written.
 
@@ -95,19 +84,15 @@ def _check_ledger_path(ledger_path: Path, out_dir: Path, opencode_db: str, claud
     """
     real_out = Path(os.path.realpath(ledger_path))
     real_store = os.path.realpath(opencode_db)
-    store_files = {
-        Path(os.path.realpath(store + suffix))
-        for suffix in _SQLITE_SIBLING_SUFFIXES
-        for store in (real_store, opencode_db)
-    }
+    store_files = sqlite_files(opencode_db)
     store_file = f"the opencode database {opencode_db}"
     if real_out != Path(real_store):
         store_file = f"{real_out}, a file SQLite keeps beside {store_file}"
     refusals = [
-        (_is_inside(real_out, out_dir), f"refusing to write the ledger inside the round outDir {out_dir}"),
+        (is_inside(real_out, out_dir), f"refusing to write the ledger inside the round outDir {out_dir}"),
         (real_out in store_files, f"refusing to write the ledger OUT {ledger_path} over {store_file}"),
         (
-            _is_inside(real_out, Path(claude_projects_dir)),
+            is_inside(real_out, claude_projects_dir),
             f"refusing to write the ledger OUT {ledger_path} inside the Claude projects folder {claude_projects_dir}",
         ),
     ]

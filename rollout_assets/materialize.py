@@ -4,6 +4,10 @@ what each round produced.
 
 The same definitions, resources and checks as `dagster dev`; the runs and their check
 results land in the instance, so the UI shows them afterwards.
+
+These runs are launched directly, not through the run queue, so the queue's one-run-per-round
+limit does not hold them back: a round that already has a run in progress on the instance is
+not started (the queue, in turn, holds back its runs of a round while one of these runs it).
 """
 
 import json
@@ -14,14 +18,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dagster import DagsterInstance, PreviewWarning, execute_job, reconstructable
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    PreviewWarning,
+    RunsFilter,
+    execute_job,
+    reconstructable,
+)
 
-from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
+from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.defs.sensors import list_round_dirs
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets warnings.
 _QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+# The statuses in which the run queue counts a run against its round's limit.
+_ACTIVE_STATUSES = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 
 class _PrintLog:
@@ -49,6 +63,17 @@ def _run_round(instance: DagsterInstance, key: str) -> Iterator[Any]:
         raise_on_error=False,
     ) as result:
         yield result
+
+
+def _run_in_progress(instance: DagsterInstance, key: str) -> str | None:
+    """The id of a run of round `key` in progress on the instance (sensor, UI, another command), if any.
+
+    Checked just before launching: two launches at the same moment can still both start, and
+    then the ledger's file lock fails one of them at once ("is being written by another process")."""
+    records = instance.get_run_records(
+        RunsFilter(tags={"dagster/partition": key}, statuses=_ACTIVE_STATUSES), limit=1
+    )
+    return records[0].dagster_run.run_id if records else None
 
 
 def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
@@ -98,12 +123,20 @@ def materialize_rounds(round_keys: list[str]) -> int:
     instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, keys)
     failed = 0
     for key in keys:
+        busy = _run_in_progress(instance, key)
+        if busy is not None:
+            print(
+                f"\n=== round {key}: NOT STARTED: run {busy} of this round is in progress on the instance; "
+                "run again once it has finished (or terminate it in the UI)"
+            )
+            failed += 1
+            continue
         with _run_round(instance, key) as result:
             failed += not _report_round(result, key, ledger_root)
     summary = defs.resolve_job_def("materialize_summary").execute_in_process(
         instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
     )
-    summary_path = ledger_root.path / "rounds-summary.parquet"
+    summary_path = ledger_root.path / SUMMARY_FILE_NAME
     print(f"\n=== rounds summary: {'written' if summary.success else 'FAILED'} → {summary_path}")
     if summary.success:
         import pandas as pd

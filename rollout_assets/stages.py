@@ -12,7 +12,8 @@ attach metadata, and the functions can be run and benchmarked alone.
       stages/proposer-transcripts.jsonl      proposer_transcripts: proposer lines in ledger order
       rollout-ledger.jsonl                   rollout_ledger: the validated tangle.rollout.v1 ledger
       stages/rollout-ledger-stats.json       rollout_ledger: the counters of that file
-      rollout-stats.json                     rollout_stats: the counters
+      rollout-stats.json                     rollout_stats: the counters (rollout_ledger removes them
+                                             before it replaces the ledger)
 
 Every file is written atomically (temp file + rename), so a failed stage leaves the previous
 file intact. Stage files are JSON, never pickles, and every stage streams: no stage holds a
@@ -502,6 +503,9 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
     stats = BackfillStats(**summary["counters"])
     runs = iter(summary["parents"])
     pending = next(runs, None)
+    # The stats describe the ledger beside them. rollout_stats runs only once the new ledger
+    # passes its blocking checks, so old stats left here would outlive a ledger that failed them.
+    outputs.stats.unlink(missing_ok=True)
     with WorkerLineRuns(outputs.worker_sessions) as workers, AtomicJsonlWriter(outputs.ledger) as writer:
         for row in read_cell_rows(outputs):
             supervisor = row.supervisor

@@ -330,6 +330,46 @@ def test_corrupt_cell_cache_leaves_the_previous_ledger_intact(tmp_path: Path) ->
     assert {path: path.read_bytes() for path in files_under(folder)} == before
 
 
+def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(tmp_path: Path) -> None:
+    from dagster import materialize
+
+    from rollout_assets.defs.summary import rounds_summary
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
+
+    layout = write_rounds(tmp_path / "demo")
+    resources = round_resources(layout, tmp_path / "ledgers")
+    folder = tmp_path / "ledgers" / ROUND
+    with instance_for_test() as test_instance:
+        assert materialize_round(test_instance, resources).success
+        assert (folder / "rollout-stats.json").is_file()
+        # The round changes so that the new ledger fails a blocking check: a result.json also
+        # names another cell's worker cwd, whose session then gets a line under both cells.
+        sites = edge_case_sites(layout.root, ROUND_SPEC)
+        result_json = sites["sup_status_running"].run_dir / "result.json"
+        record = json.loads(result_json.read_text(encoding="utf-8"))
+        record["recoveredSpend"]["workerCwds"].append(sites["non_ascii_text"].worker_cwd)
+        result_json.write_text(json.dumps(record), encoding="utf-8")
+        rerun = materialize_round(test_instance, resources)
+        summary = materialize(
+            [*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key], instance=test_instance,
+            resources=resources,
+        )  # fmt: skip
+        messages = [entry.user_message for entry in test_instance.all_logs(summary.run_id)]
+
+    assert not rerun.success
+    assert evaluations(rerun)["every_worker_session_accounted_for"].passed is False
+    assert "rollout_ledger" in materializations(rerun)  # the new ledger replaced the old one ...
+    assert not (folder / "rollout-stats.json").exists()  # ... and no stats of the old one stay beside it
+    # The summary leaves the round out and says so, instead of reporting the old counts.
+    metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert (metadata["rounds"], metadata["rounds_without_stats"]) == (0, 1)
+    assert metadata["rounds_without_stats_list"] == [ROUND]
+    assert (
+        f"1 round(s) left out, no stats (not materialized yet, or the ledger failed a blocking check): {ROUND}"
+        in messages
+    )
+
+
 def test_missing_opencode_db_still_materializes_with_gap_lines(tmp_path: Path) -> None:
     layout = write_rounds(tmp_path / "demo")
     missing_db = tmp_path / "nowhere" / "opencode.db"
@@ -442,3 +482,37 @@ def test_dagster_asset_materialize_command_works_once_the_partition_is_added(tmp
         assert records[0].dagster_run.tags["dagster/partition"] == SMALL_SPEC.name
         assert records[0].dagster_run.is_success
     assert pickled_files(home / "storage") == []
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_does_not_start_a_round_that_has_a_run_in_progress(tmp_path: Path) -> None:
+    from dagster import DagsterRun, DagsterRunStatus
+
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    home = _dagster_home(tmp_path / "dagster_home")
+    # What the instance holds while the sensor's (or the UI's) run of the round executes.
+    with DagsterInstance.from_config(str(home)) as stored:
+        running = stored.add_run(
+            DagsterRun(job_name="materialize_round", status=DagsterRunStatus.STARTED,
+                       tags={"dagster/partition": SMALL_SPEC.name})
+        )  # fmt: skip
+
+    completed = subprocess.run(
+        [str(VENV_BIN / "rollout-assets"), "materialize", SMALL_SPEC.name],
+        check=False, cwd=PROJECT_DIR, env=_cli_env(home, layout, tmp_path / "ledgers"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    assert (
+        f"\n=== round {SMALL_SPEC.name}: NOT STARTED: run {running.run_id} of this round is in progress on the "
+        "instance; run again once it has finished (or terminate it in the UI)\n"
+    ) in completed.stdout
+    assert not (tmp_path / "ledgers" / SMALL_SPEC.name).exists()
+    with DagsterInstance.from_config(str(home)) as stored:
+        # No run of the round was added; the summary (another job) still ran.
+        runs = [record.dagster_run for record in stored.get_run_records()]
+        assert [run.run_id for run in runs if run.tags.get("dagster/partition") == SMALL_SPEC.name] == [
+            running.run_id
+        ]
+        assert [run.job_name for run in runs if run.run_id != running.run_id] == ["materialize_summary"]

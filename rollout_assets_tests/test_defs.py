@@ -349,6 +349,18 @@ def test_round_key_is_refused_with_the_reason(name: str, why: str) -> None:
         validate_round_key(name)
 
 
+@pytest.mark.parametrize("name", ["rounds-summary.parquet", "Rounds-Summary.PARQUET"])
+def test_round_key_naming_a_file_of_the_ledger_root_is_refused(name: str) -> None:
+    # Compared without case: on a case-insensitive file system both are the summary file.
+    assert round_key_problem(name) == (
+        f"round name {name!r} is not a valid partition key: it is the name of the cross-round summary file at "
+        "the ledger root, where the round's folder would collide with it; rename the round directory"
+    )
+    with pytest.raises(InvalidRoundKey):
+        LedgerRoot(root_dir="/nowhere").outputs(name)
+    assert round_key_problem("rounds-summary.parquet2") is None  # only the exact name is reserved
+
+
 def test_ledger_root_outputs_of_a_valid_key_stay_inside_the_root(tmp_path: Path) -> None:
     outputs = LedgerRoot(root_dir=str(tmp_path)).outputs("round-001")
     assert outputs.folder == tmp_path / "round-001"

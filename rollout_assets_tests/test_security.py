@@ -26,7 +26,7 @@ from dagster import DagsterInstance, instance_for_test
 from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets.sources.opencode import OpencodeStore
-from rollout_assets_tests.dagster_rounds import materialize_round, round_resources, step_failures
+from rollout_assets_tests.dagster_rounds import CHECK_NAMES, materialize_round, round_resources, step_failures
 
 PROJECT = Path(__file__).resolve().parents[1]
 SCRIPTS = PROJECT / "scripts"
@@ -274,7 +274,7 @@ def test_a_full_materialization_changes_no_input(demo: DemoLayout, tmp_path: Pat
         result = materialize_round(instance, round_resources(demo, tmp_path / "ledgers"), SPEC.name)
 
     assert result.success, step_failures(result)
-    assert len(result.get_asset_check_evaluations()) == 6
+    assert len(result.get_asset_check_evaluations()) == len(CHECK_NAMES)
     assert input_hashes(demo) == before
     assert {path: os.stat(path).st_mtime_ns for path in before} == mtimes
 
@@ -305,3 +305,167 @@ def test_the_cli_refuses_an_out_path_inside_the_round(demo: DemoLayout, tmp_path
     )
     assert result.stdout == ""
     assert input_hashes(demo) == before  # no ledger, no temp or lock file, no folder created
+
+
+# ---------------------------------------------------------------------------
+# Dagster refuses a ledger root among the inputs
+# ---------------------------------------------------------------------------
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """Every entry under `folder` (links not followed): files by content hash, so any write shows."""
+    entries = {}
+    for base, dirs, files in os.walk(folder):
+        for name in dirs:
+            entries[os.path.join(base, name)] = "dir"
+        for name in files:
+            path = Path(base, name)
+            entries[str(path)] = "link" if path.is_symlink() else sha256(path)
+    return entries
+
+
+def ledger_root_among_inputs(demo: DemoLayout, tmp_path: Path, where: str) -> tuple[Path, str]:
+    """(a ledger root placed `where`, how the refusal describes it)."""
+    rounds_root, claude = demo.rounds_root, demo.claude_projects_dir
+    link = tmp_path / "innocent-looking"
+    if where == "the-rounds-root":
+        return rounds_root, f"it is the rounds root {rounds_root}"
+    if where == "inside-a-round":
+        return demo.rounds[0] / "ledgers", f"it lies inside the rounds root {rounds_root}"
+    if where == "holding-the-rounds-root":
+        return demo.root, f"it contains the rounds root {rounds_root}"
+    if where == "inside-the-claude-projects-folder":
+        return claude / "ledgers", f"it lies inside the Claude projects folder {claude}"
+    if where == "a-symlink-to-the-rounds-root":
+        link.symlink_to(rounds_root, target_is_directory=True)
+        return link, f"it is the rounds root {rounds_root}"
+    assert where == "through-a-symlink-into-a-round"
+    link.symlink_to(demo.rounds[0], target_is_directory=True)
+    return link / "ledgers", f"it lies inside the rounds root {rounds_root}"
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "the-rounds-root",
+        "inside-a-round",
+        "holding-the-rounds-root",
+        "inside-the-claude-projects-folder",
+        "a-symlink-to-the-rounds-root",
+        "through-a-symlink-into-a-round",
+    ],
+)
+def test_a_ledger_root_among_the_inputs_fails_the_run_before_anything_is_written(
+    demo: DemoLayout, tmp_path: Path, where: str
+) -> None:
+    ledger_root, relation = ledger_root_among_inputs(demo, tmp_path, where)
+    variable = "CLAUDE_PROJECTS_DIR" if "Claude" in relation else "ROLLOUT_ROUNDS_ROOT"
+    before = tree_hashes(demo.root)
+
+    with instance_for_test() as instance:
+        result = materialize_round(instance, round_resources(demo, ledger_root), SPEC.name)
+
+    assert not result.success
+    assert step_failures(result) == {
+        "round_manifest": (
+            f"refusing ledger root {ledger_root}: {relation}, and inputs are never written; "
+            f"set ROLLOUT_LEDGER_ROOT to a folder apart from {variable}"
+        )
+    }
+    assert result.get_asset_materialization_events() == []
+    assert tree_hashes(demo.root) == before  # no output, no folder, no temp or lock file
+
+
+def test_every_stage_and_the_summary_refuse_a_ledger_root_among_the_inputs(
+    demo: DemoLayout, tmp_path: Path
+) -> None:
+    # A run may select any one asset (the UI, `dagster asset materialize --select`): each checks.
+    from dagster import materialize
+
+    from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
+    from rollout_assets.defs.checks import ROUND_CHECKS
+    from rollout_assets.defs.summary import rounds_summary
+
+    ledger_root = demo.rounds_root
+    resources = round_resources(demo, ledger_root)
+    expected = (
+        f"refusing ledger root {ledger_root}: it is the rounds root {demo.rounds_root}, and inputs are never "
+        "written; set ROLLOUT_LEDGER_ROOT to a folder apart from ROLLOUT_ROUNDS_ROOT"
+    )
+    before = tree_hashes(demo.root)
+    failures = {}
+    with instance_for_test() as instance:
+        instance.add_dynamic_partitions("rounds", [SPEC.name])
+        for asset in [*ROUND_ASSETS, rounds_summary]:
+            result = materialize(
+                [*EXTERNAL_INPUTS, *ROUND_ASSETS, *ROUND_CHECKS, rounds_summary],
+                selection=[asset.key],
+                partition_key=None if asset is rounds_summary else SPEC.name,
+                instance=instance,
+                resources=resources,
+                raise_on_error=False,
+            )
+            failures.update(step_failures(result))
+
+    assert failures == {asset.key.to_user_string(): expected for asset in [*ROUND_ASSETS, rounds_summary]}
+    assert tree_hashes(demo.root) == before
+
+
+def store_inside_the_ledger_root(demo: DemoLayout, tmp_path: Path, where: str) -> tuple[Path, Path, Path, str]:
+    """(ledger root, OPENCODE_DB, the store file inside the ledger root, how the refusal names it)."""
+    ledger_root = tmp_path / "ledgers"
+    inside = ledger_root / SPEC.name / "rollout-ledger.jsonl"  # the round's own ledger path
+    inside.parent.mkdir(parents=True)
+    if where == "the-rounds-ledger-path":
+        shutil.copy2(demo.opencode_db, inside)
+        return ledger_root, inside, inside, f"the opencode database {inside}"
+    if where == "a-symlink-leading-to-the-ledger-path":
+        shutil.copy2(demo.opencode_db, inside)
+        link = tmp_path / "store" / "opencode.db"
+        link.parent.mkdir()
+        link.symlink_to(inside)
+        return ledger_root, link, inside, f"the opencode database {link}"
+    assert where == "its-wal-at-the-ledger-path"
+    db = private_store(demo, tmp_path / "store")
+    subprocess.run([sys.executable, "-c", WAL_WITH_FRAMES, str(db)], check=True, timeout=60)
+    # The store's -wal file is reached through a link that leads to the round's ledger path.
+    shutil.move(f"{db}-wal", inside)
+    Path(f"{db}-wal").symlink_to(inside)
+    return ledger_root, db, inside, f"{inside}, a file SQLite keeps beside the opencode database {db},"
+
+
+@pytest.mark.parametrize(
+    "where", ["the-rounds-ledger-path", "a-symlink-leading-to-the-ledger-path", "its-wal-at-the-ledger-path"]
+)
+def test_an_opencode_store_inside_the_ledger_root_is_refused_and_left_untouched(
+    demo: DemoLayout, tmp_path: Path, where: str
+) -> None:
+    ledger_root, opencode_db, inside, named = store_inside_the_ledger_root(demo, tmp_path, where)
+    before = tree_hashes(tmp_path)
+
+    with instance_for_test() as instance:
+        result = materialize_round(instance, round_resources(demo, ledger_root, opencode_db=opencode_db), SPEC.name)
+
+    assert not result.success
+    assert step_failures(result) == {
+        "round_manifest": (
+            f"refusing ledger root {ledger_root}: {named} lies inside it, and outputs there could overwrite the "
+            "store; set ROLLOUT_LEDGER_ROOT to a folder that does not hold OPENCODE_DB"
+        )
+    }
+    assert tree_hashes(tmp_path) == before  # the store, its WAL and the ledger root as they were
+    if where != "its-wal-at-the-ledger-path":
+        assert inside.read_bytes().startswith(b"SQLite format 3\x00")
+
+
+def test_a_ledger_root_beside_the_inputs_is_accepted(demo: DemoLayout, tmp_path: Path) -> None:
+    # Names that merely start like an input's are apart from it: containment is by path, not by text.
+    from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
+
+    inputs = (
+        RoundsRoot(root_dir=str(demo.rounds_root)),
+        OpencodeDatabase(path=str(demo.opencode_db)),
+        ClaudeProjects(projects_dir=str(demo.claude_projects_dir)),
+    )
+    for beside in (f"{demo.rounds_root}-ledgers", f"{demo.claude_projects_dir}2", str(tmp_path / "ledgers")):
+        LedgerRoot(root_dir=beside).check_apart_from_inputs(*inputs)

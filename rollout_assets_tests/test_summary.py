@@ -1,10 +1,13 @@
 """The cross-round overview, misconfiguration messages, and progress reporting."""
 
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -80,6 +83,65 @@ def test_a_round_without_stats_is_left_out_and_reported(tmp_path: Path) -> None:
     assert frame.to_dict("records")[0]["mean_reward_worker"] is None
     assert frame.to_dict("records")[0]["cost_usd"] is None  # unrecorded cost is not 0
     assert markdown_table(frame).splitlines()[2].startswith("| a | 4 | 2 | 2 | 0 | 2 | 0.500 | 0.000 | — |")
+
+
+def materialize_summary(instance, resources):
+    return materialize([*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key], instance=instance,
+                       resources=resources, raise_on_error=False)
+
+
+def test_a_partition_key_that_cannot_be_a_round_is_left_out_of_the_summary_and_listed(demo, tmp_path: Path) -> None:
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(demo, ledger_root)
+    with instance_for_test() as instance:
+        assert materialize_round(instance, resources, SMALL_SPEC.name).success
+        # Dagster validates no dynamic key: the UI's "Add new partition" takes this one.
+        instance.add_dynamic_partitions("rounds", ["round 3 (copy)", "round-009"])
+        result = materialize_summary(instance, resources)
+        logs = [(entry.level, entry.user_message) for entry in instance.all_logs(result.run_id)]
+
+    assert result.success, step_failures(result)
+    assert list(pd.read_parquet(ledger_root / "rounds-summary.parquet")["round"]) == [SMALL_SPEC.name]
+    metadata = metadata_values(result.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert metadata["invalid_partition_keys"] == ["round 3 (copy)"]
+    assert metadata["rounds_without_stats_list"] == ["round-009"]  # valid, never materialized
+    warning = (
+        "partition 'round 3 (copy)' left out of the summary: round name 'round 3 (copy)' is not a valid partition "
+        "key: it must start with a letter or digit and hold at most 100 letters, digits, '.', '_' or '-'"
+    )
+    assert (logging.WARNING, warning) in logs
+
+
+def test_a_round_named_like_the_summary_file_is_refused_and_the_summary_still_written(demo, tmp_path: Path) -> None:
+    from rollout_assets.defs.partitions import round_key_problem
+    from rollout_assets.defs.sensors import list_round_dirs
+
+    rounds_root = tmp_path / "rounds"
+    rounds_root.mkdir()
+    shutil.copytree(demo.rounds_root / SMALL_SPEC.name, rounds_root / "rounds-summary.parquet", symlinks=True)
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(demo, ledger_root, rounds_root=rounds_root)
+    with instance_for_test() as instance:
+        # Added by hand before any summary exists: its folder would take the summary's place.
+        refused = materialize_round(instance, resources, "rounds-summary.parquet")
+        summary = materialize_summary(instance, resources)
+
+    assert not refused.success
+    assert step_failures(refused) == {
+        "round_manifest": "round name 'rounds-summary.parquet' is not a valid partition key: it is the name of the "
+        "cross-round summary file at the ledger root, where the round's folder would collide with it; rename the "
+        "round directory"
+    }
+    assert summary.success, step_failures(summary)
+    assert (ledger_root / "rounds-summary.parquet").is_file()
+    metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert metadata["invalid_partition_keys"] == ["rounds-summary.parquet"]
+    # The sensor and `rollout-assets materialize` skip the directory for the same reason.
+    skipped = []
+    assert list_round_dirs(rounds_root, SimpleNamespace(warning=skipped.append)) == {}
+    assert skipped == [
+        f"skipping {rounds_root / 'rounds-summary.parquet'}: {round_key_problem('rounds-summary.parquet')}"
+    ]
 
 
 # ---------------------------------------------------------------------------

@@ -88,6 +88,19 @@ def _fail(error: Exception, round_key: str) -> Failure:
     return Failure(description=str(error), metadata={"round": round_key, "error": type(error).__name__})
 
 
+def _writable_outputs(
+    key: str,
+    ledger_root: LedgerRoot,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+) -> RoundOutputs:
+    """The round's output folder, created only once the ledger root is known to be apart from
+    every input. Each stage checks, since a run may select any one of them."""
+    ledger_root.check_apart_from_inputs(rounds_root, opencode, claude)
+    return ledger_root.writable_outputs(key)
+
+
 def _captured_at(context: AssetExecutionContext) -> str:
     """One capture time per run: the run's creation time, so every stage of a run agrees."""
     record = context.instance.get_run_record_by_id(context.run.run_id)
@@ -124,12 +137,18 @@ def _manifest_table(manifest: RoundManifest) -> str:
     kinds={"python", "json"},
     owners=OWNERS,
 )
-def round_manifest(context: AssetExecutionContext, rounds_root: RoundsRoot, ledger_root: LedgerRoot) -> MaterializeResult:
+def round_manifest(
+    context: AssetExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
+) -> MaterializeResult:
     """The manifest of one round: generations, candidates, commits, resolved counts and cost."""
     key = context.partition_key
     try:
         out_dir = rounds_root.round_dir(key)
-        outputs = ledger_root.writable_outputs(key)
+        outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
         manifest = write_manifest(out_dir, outputs)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
@@ -158,11 +177,17 @@ def round_manifest(context: AssetExecutionContext, rounds_root: RoundsRoot, ledg
     kinds={"python", "jsonl"},
     owners=OWNERS,
 )
-def campaign_cells(context: AssetExecutionContext, rounds_root: RoundsRoot, ledger_root: LedgerRoot) -> MaterializeResult:
+def campaign_cells(
+    context: AssetExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
+) -> MaterializeResult:
     """The campaign cells of one round, each with its supervisor line, reward and worker cwds."""
     key = context.partition_key
     try:
-        outputs = ledger_root.writable_outputs(key)
+        outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
         summary = write_campaign_cells(rounds_root.round_dir(key), outputs, _captured_at(context), context.log.info)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
@@ -192,7 +217,11 @@ def campaign_cells(context: AssetExecutionContext, rounds_root: RoundsRoot, ledg
     owners=OWNERS,
 )
 def worker_sessions(
-    context: AssetExecutionContext, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+    context: AssetExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> MaterializeResult:
     """The worker lines of one round, joined from the opencode store, gap lines included."""
     key = context.partition_key
@@ -200,7 +229,7 @@ def worker_sessions(
     if unavailable:
         context.log.warning(unavailable)
     try:
-        outputs = ledger_root.writable_outputs(key)
+        outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
         stats = write_worker_sessions(outputs, opencode.db_path, _captured_at(context), context.log.info)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
@@ -229,7 +258,11 @@ def worker_sessions(
     owners=OWNERS,
 )
 def proposer_transcripts(
-    context: AssetExecutionContext, claude: ClaudeProjects, ledger_root: LedgerRoot
+    context: AssetExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> MaterializeResult:
     """The proposer lines of one round, joined to Claude Code transcripts by time window."""
     key = context.partition_key
@@ -237,7 +270,7 @@ def proposer_transcripts(
     if unavailable:
         context.log.warning(unavailable)
     try:
-        outputs = ledger_root.writable_outputs(key)
+        outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
         stats = write_proposer_transcripts(outputs, claude.path, _captured_at(context))
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
@@ -262,11 +295,17 @@ def proposer_transcripts(
     kinds={"python", "jsonl"},
     owners=OWNERS,
 )
-def rollout_ledger(context: AssetExecutionContext, ledger_root: LedgerRoot) -> MaterializeResult:
+def rollout_ledger(
+    context: AssetExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
+) -> MaterializeResult:
     """The validated tangle.rollout.v1 ledger of one round, one line per agent invocation."""
     key = context.partition_key
     try:
-        outputs = ledger_root.writable_outputs(key)
+        outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
         stats = write_rollout_ledger(outputs)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
@@ -306,11 +345,17 @@ def stats_table(stats: dict[str, Any]) -> str:
     kinds={"python", "json"},
     owners=OWNERS,
 )
-def rollout_stats(context: AssetExecutionContext, ledger_root: LedgerRoot) -> MaterializeResult:
+def rollout_stats(
+    context: AssetExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
+) -> MaterializeResult:
     """The counters of one round's ledger, per role and per gap reason."""
     key = context.partition_key
     try:
-        outputs: RoundOutputs = ledger_root.outputs(key)
+        outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
     stats = write_rollout_stats(outputs)

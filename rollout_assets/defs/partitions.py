@@ -3,7 +3,8 @@
 Dagster validates nothing about dynamic partition keys, yet a key becomes a folder name
 under the ledger root, a run tag and part of the UI's range syntax. So a key is the round
 directory's own name and must match `^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$` without `..`;
-anything else is refused here, with a message that says why.
+anything else is refused here, with a message that says why. So is a name of a file the
+ledger root holds itself (`rounds-summary.parquet`): that round's folder would collide with it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ ROUNDS_PARTITIONS_NAME = "rounds"
 ROUNDS = DynamicPartitionsDefinition(name=ROUNDS_PARTITIONS_NAME)
 
 _ROUND_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+# Files written at the ledger root beside the round folders (their temp files start with a dot,
+# which no key can). Compared without case: on a case-insensitive file system
+# `Rounds-Summary.parquet` is the same file.
+SUMMARY_FILE_NAME = "rounds-summary.parquet"
+LEDGER_ROOT_FILES = {SUMMARY_FILE_NAME: "the cross-round summary file"}
 
 
 class InvalidRoundKey(ValueError):
@@ -31,6 +38,12 @@ def round_key_problem(name: str) -> str | None:
         )
     if ".." in name:
         return f"round name {name!r} is not a valid partition key: it must not contain '..'"
+    reserved_for = LEDGER_ROOT_FILES.get(name.lower())
+    if reserved_for is not None:
+        return (
+            f"round name {name!r} is not a valid partition key: it is the name of {reserved_for} at the ledger "
+            "root, where the round's folder would collide with it; rename the round directory"
+        )
     return None
 
 

@@ -10,7 +10,9 @@ variable with a local default:
 | claude_projects | CLAUDE_PROJECTS_DIR   | ~/.claude/projects                       |
 | ledger_root     | ROLLOUT_LEDGER_ROOT   | ./ledgers                                |
 
-Misconfiguration gives one sentence that says what to set.
+Misconfiguration gives one sentence that says what to set. The inputs are read-only, so a
+ledger root that overlaps the rounds root or the Claude projects folder, or that holds the
+opencode store, is refused before anything is written (`LedgerRoot.check_apart_from_inputs`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 from rollout_assets.defs.partitions import validate_round_key
+from rollout_assets.paths import folder_relation, is_inside, real_path, sqlite_files
 from rollout_assets.stages import RoundOutputs
 
 
@@ -111,6 +114,34 @@ class LedgerRoot(ConfigurableResource):
         """The output folder of a round; the key is validated, so it cannot point outside the root."""
         validate_round_key(round_key)
         return RoundOutputs(self.path / round_key)
+
+    def check_apart_from_inputs(
+        self, rounds_root: RoundsRoot, opencode: OpencodeDatabase, claude: ClaudeProjects
+    ) -> None:
+        """ConfigurationError unless outputs written under this root can never land among the
+        inputs: the root must neither be, hold nor lie inside the rounds root or the Claude
+        projects folder, and must not hold the opencode store or the files SQLite keeps beside
+        it (a round's ledger path could be the store). Symlinks are followed, as the writes would."""
+        for folder, name, variable in (
+            (rounds_root.path, "rounds root", "ROLLOUT_ROUNDS_ROOT"),
+            (claude.path, "Claude projects folder", "CLAUDE_PROJECTS_DIR"),
+        ):
+            relation = folder_relation(self.path, folder)
+            if relation is not None:
+                raise ConfigurationError(
+                    f"refusing ledger root {self.path}: it {relation} the {name} {folder}, and inputs are never "
+                    f"written; set ROLLOUT_LEDGER_ROOT to a folder apart from {variable}"
+                )
+        store = opencode.db_path
+        for store_file in sqlite_files(store):
+            if is_inside(store_file, self.path):
+                what = f"the opencode database {store}"
+                if store_file != real_path(store):
+                    what = f"{store_file}, a file SQLite keeps beside {what},"
+                raise ConfigurationError(
+                    f"refusing ledger root {self.path}: {what} lies inside it, and outputs there could overwrite "
+                    "the store; set ROLLOUT_LEDGER_ROOT to a folder that does not hold OPENCODE_DB"
+                )
 
     def writable_outputs(self, round_key: str) -> RoundOutputs:
         outputs = self.outputs(round_key)
