@@ -13,6 +13,7 @@ from dagster import DagsterEventType, DagsterInstance
 from dagster._config import process_config
 
 from rollout_assets.demo import DEFAULT_ROUNDS, write_demo
+from rollout_assets_tests.dagster_rounds import CHECK_NAMES
 from rollout_assets_tests.postgres_server import postgres_bin_dir, run_postgres
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -136,7 +137,7 @@ def test_two_rounds_materialize_in_parallel_on_postgres_storage(tmp_path: Path, 
                 for entry in logs
                 if entry.dagster_event and entry.dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
             ]
-            assert len(evaluations) == 6
+            assert len(evaluations) == len(CHECK_NAMES)
             blocking = [e for e in evaluations if e.check_name != "every_cell_lists_its_workers"]
             assert all(e.passed for e in blocking)
         # The two runs overlapped in time: they really ran in parallel.
