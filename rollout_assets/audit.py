@@ -146,7 +146,8 @@ def _sample(items: Iterable[Any]) -> list[str]:
 def _compare(expected: Counter[Any], seen: Counter[Any], *, at_least_once: bool = False) -> AuditResult:
     """Multiset comparison: missing, duplicated (unless at_least_once) and unexpected keys."""
     missing = sorted((expected - seen).elements()) if not at_least_once else sorted(set(expected) - set(seen))
-    duplicated = [] if at_least_once else sorted(key for key, count in seen.items() if count > 1)
+    # More often than expected (a session of a cwd two cells list is expected twice).
+    duplicated = [] if at_least_once else sorted(key for key, count in seen.items() if 0 < expected[key] < count)
     unexpected = sorted(set(seen) - set(expected))
     return AuditResult(
         passed=not missing and not duplicated and not unexpected,
@@ -254,6 +255,7 @@ class ExpectedLine(NamedTuple):
 
     rollout_id: str
     reward: Any  # what its reward must be
+    coordinates: tuple[Any, ...]  # what its (candidate_id, generation, candidate_index, instance_id, rep) must be
     what: str  # the invocation, for a failing check's sample
 
 
@@ -410,7 +412,8 @@ def recount_inputs(out_dir: Path, opencode_db: Path | None, workers: int | None 
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store_readable,
-        session_ids=[session for ids in sessions.values() for session in ids],
+        # once per cell listing the session's cwd: two cells listing one cwd both get its lines
+        session_ids=[session for _, cwds in cells.in_order for cwd in cwds for session in sessions.get(cwd, [])],
         run_id=run_id,
         expected=None if opencode_db is None else _expected_lines(run_id, cells, sessions, receipts),
     )
@@ -456,16 +459,29 @@ def _expected_lines(
     lines = []
     for cell, cwds in cells.in_order:
         supervisor = _rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
-        lines.append(ExpectedLine(supervisor, cell.reward, f"supervisor {cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}"))
+        # A worker line carries its supervisor's candidate and task.
+        coordinates = (cell.candidate_id, *_generation_and_index(cell.candidate_id), cell.scenario_id, cell.rep)
+        what = f"supervisor {cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}"
+        lines.append(ExpectedLine(supervisor, cell.reward, coordinates, what))
         for cwd in cwds:
             for session in sessions.get(cwd) or ["-"]:
                 worker = _rollout_id(f"{supervisor}|{cwd}|{session}")
-                lines.append(ExpectedLine(worker, cell.reward, f"worker {cwd} session {session} of {supervisor}"))
+                lines.append(ExpectedLine(worker, cell.reward, coordinates, f"worker {cwd} session {session} of {what}"))
     fractions = _resolved_fractions(cells)
     for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
         proposer = _rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
-        lines.append(ExpectedLine(proposer, fractions.get(receipt.candidate_id), f"proposer {receipt.relative_path}"))
+        coordinates = (receipt.candidate_id, *_generation_and_index(receipt.candidate_id), *receipt.key)
+        what = f"proposer {receipt.relative_path}"
+        lines.append(ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, what))
     return lines
+
+
+def _generation_and_index(candidate_id: str) -> tuple[int, int]:
+    """rollout-v1.md: the baseline is generation -1, candidate index -1."""
+    if candidate_id == "baseline":
+        return -1, -1
+    generation, index = candidate_id.removeprefix("gen").split("-cand")
+    return int(generation), int(index)
 
 
 # ---------------------------------------------------------------------------
@@ -500,8 +516,8 @@ class LedgerRecount:
     rollout_ids: Counter[str] = field(default_factory=Counter)
     supervisor_ids: set[str] = field(default_factory=set)
     parents: list[tuple[int, str]] = field(default_factory=list)
-    # against the inputs: every valid line as (line number, rollout_id, reward), in order
-    sequence: list[tuple[int, str, Any]] = field(default_factory=list)
+    # against the inputs: every valid line as (line number, rollout_id, reward, coordinates), in order
+    sequence: list[tuple[int, str, Any, tuple[Any, ...]]] = field(default_factory=list)
     run_ids: Counter[str] = field(default_factory=Counter)
     ids_not_matching_fields: int = 0
     id_problems: list[str] = field(default_factory=list)  # the first SAMPLE_SIZE, in line order
@@ -576,7 +592,9 @@ class LedgerRecount:
             self.supervisor_ids.add(value["rollout_id"])
         if value["parent_rollout_id"] is not None:
             self.parents.append((lineno, value["parent_rollout_id"]))
-        self.sequence.append((lineno, value["rollout_id"], value["outcome"]["reward"]))
+        task = value["task"]
+        coordinates = (value["candidate_id"], value["generation"], value["candidate_index"], task["instance_id"], task["rep"])
+        self.sequence.append((lineno, value["rollout_id"], value["outcome"]["reward"], coordinates))
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
 
@@ -700,7 +718,7 @@ def supervisors_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditRe
 
 
 def workers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
-    """Every distinct worker cwd of any result.json has a worker line; every session of them appears once."""
+    """Every distinct worker cwd of any result.json has a worker line; every session of them appears once per cell listing its cwd."""
     if "workers" in ledger.unreadable:
         return _unreadable(ledger.unreadable["workers"])
     cwd_result = _compare(Counter(inputs.worker_cwds), Counter(ledger.worker_cwds), at_least_once=True)
@@ -783,7 +801,7 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
     problems += [f"{n} line(s) of run_id {run_id!r}, not this round's {inputs.run_id!r}" for run_id, n in foreign.items()]
     problems += ledger.id_problems
     expected_ids = [line.rollout_id for line in inputs.expected]
-    seen_ids = [rollout_id for _, rollout_id, _ in ledger.sequence]
+    seen_ids = [rollout_id for _, rollout_id, _, _ in ledger.sequence]
     out_of_place = 0
     if seen_ids != expected_ids:
         index = next(
@@ -795,21 +813,35 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
         found = seen_ids[index] if index < len(seen_ids) else "the end of the ledger"
         problems.append(f"{ledger.path}:{out_of_place}: expected {wanted}, found {found}")
     expected_by_id = {line.rollout_id: line for line in inputs.expected}
-    wrong_rewards = [
-        (lineno, reward, expected_by_id[rollout_id])
-        for lineno, rollout_id, reward in ledger.sequence
-        if rollout_id in expected_by_id and not _same_reward(reward, expected_by_id[rollout_id].reward)
+    matched = [
+        (lineno, reward, coordinates, expected_by_id[rollout_id])
+        for lineno, rollout_id, reward, coordinates in ledger.sequence
+        if rollout_id in expected_by_id
     ]
+    wrong_rewards = [(lineno, reward, line) for lineno, reward, _, line in matched if not _same_reward(reward, line.reward)]
     problems += [
         f"{ledger.path}:{lineno}: reward {reward!r}, but the inputs give {line.what} the reward {line.reward!r}"
         for lineno, reward, line in wrong_rewards[:SAMPLE_SIZE]
     ]
+    # `==` on tuples: 1 == 1.0 would pass a float generation, but the schema refuses one first.
+    wrong_coordinates = [
+        (lineno, coordinates, line) for lineno, _, coordinates, line in matched if coordinates != line.coordinates
+    ]
+    problems += [
+        f"{ledger.path}:{lineno}: (candidate_id, generation, candidate_index, instance_id, rep) is {coordinates!r},"
+        f" but {line.what} is {line.coordinates!r}"
+        for lineno, coordinates, line in wrong_coordinates[:SAMPLE_SIZE]
+    ]
     foreign_lines = sum(foreign.values())
     return AuditResult(
-        passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or wrong_rewards),
+        passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or wrong_rewards or wrong_coordinates),
         expected=len(expected_ids),
         seen=len(seen_ids),
-        missing=foreign_lines + ledger.ids_not_matching_fields + len(wrong_rewards) + (1 if out_of_place else 0),
+        missing=foreign_lines
+        + ledger.ids_not_matching_fields
+        + len(wrong_rewards)
+        + len(wrong_coordinates)
+        + (1 if out_of_place else 0),
         sample=_sample(problems),
         details={
             "run_id": inputs.run_id,
@@ -817,6 +849,7 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
             "ids_not_matching_fields": ledger.ids_not_matching_fields,
             "first_line_out_of_place": out_of_place,
             "wrong_rewards": len(wrong_rewards),
+            "wrong_coordinates": len(wrong_coordinates),
         },
     )
 

@@ -31,7 +31,7 @@ from rollout_assets.demo import (
     write_demo,
 )
 from rollout_assets.ledger import read_ledger, read_ledger_dicts, serialize_line, write_ledger
-from rollout_assets.sources.round import build_manifest
+from rollout_assets.sources.round import RoundInputError, build_manifest
 from rollout_assets_tests.backfill_runs import (
     SEED_STATS_KEYS,
     SUPERVISOR_GAP,
@@ -1136,3 +1136,27 @@ def test_every_line_of_every_demo_round_reads_back_validated(
     assert written == len(run.lines)
     assert len(list(read_ledger(ledger))) == len(run.lines)
     assert list(read_ledger_dicts(ledger)) == run.lines
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**64), 2.0**64, 1e300])
+def test_a_rep_beyond_64_bits_stops_the_round_and_a_seed_beyond_is_null(tmp_path: Path, value: float) -> None:
+    # Neither orjson nor JavaScript reads such a number back exactly: the line would say another.
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "a", cell("a__a-1", 0, seed=value))
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "c")
+    assert run.lines[0]["task"]["seed"] is None
+
+    write_cell(campaign_dir(out_dir), "b", cell("b__b-1", value))
+    with pytest.raises(RoundInputError, match="b/cached-result.json"):
+        build_manifest(out_dir)
+
+
+def test_a_run_dir_holding_a_lone_surrogate_names_no_file(tmp_path: Path) -> None:
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "c", cell("a__a-1", 0, artifact=artifact(runDir=f"{tmp_path}/run-\udc00")))
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "c")
+
+    (supervisor,) = run.lines
+    assert supervisor["outcome"]["metrics"]["worker_list_missing"] is True
+    assert supervisor["artifacts"]["run_dir"] == f"{tmp_path}/run-\udc00"

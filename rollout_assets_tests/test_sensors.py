@@ -687,3 +687,18 @@ def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
     assert second.tags["dagster/run_key"] == second_key
     assert second_checks == dict.fromkeys(CHECK_NAMES, (True, ROUND))
     assert [run.run_id for run in final] == [first.run_id, second.run_id]
+
+
+def test_a_path_holding_a_lone_surrogate_is_left_out_of_the_fingerprint_not_fatal(tmp_path: Path) -> None:
+    # A torn escape in a cell's runDir or patchPath names no file: the backfill reads it as
+    # absent, and the fingerprint leaves it out instead of failing the whole tick.
+    out_dir = tmp_path / "rounds" / "round-x"
+    cache = out_dir / "improve-run" / "baseline" / "c" / "cached-result.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text(
+        '{"scenarioId": "a__a-1", "rep": 0, "artifact": {"runDir": "/runs/\\udc00", "patchPath": "/p/\\ud83d.patch"}}'
+    )
+
+    found = fingerprint_round(out_dir)
+
+    assert (found.cells, found.files) == (1, 1)  # the cell cache alone

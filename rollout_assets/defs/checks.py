@@ -97,7 +97,7 @@ def every_cell_has_one_supervisor_line(
 def every_worker_session_accounted_for(
     context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
-    """Every worker cwd of any result.json has a worker line; every opencode session of them appears once."""
+    """Every worker cwd of any result.json has a worker line; every opencode session of them appears once per cell listing its cwd."""
     inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
     return _result(audit.workers_verdict(inputs, ledger), context.partition_key)
 

@@ -137,7 +137,7 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
     for path in files:
         try:
             stat = path.stat()
-        except OSError:
+        except (OSError, ValueError):  # missing, or a name no file can have (a lone surrogate)
             continue
         if not S_ISREG(stat.st_mode):  # the backfill reads a folder named like an input as no file
             continue
@@ -212,7 +212,7 @@ def round_dirs_sensor(
     for key, out_dir in found.items():
         try:
             fingerprint = fingerprint_round(out_dir)
-        except (OSError, RoundInputError) as error:  # unreadable or vanished mid-scan
+        except (OSError, ValueError, RoundInputError) as error:  # unreadable, vanished mid-scan, or unnameable
             context.log.warning(f"skipping round {key}: {error}")
             continue
         if requested.get(key) == fingerprint.digest:

@@ -328,9 +328,9 @@ def rollout_json_schema() -> dict[str, Any]:
     Besides the types pydantic derives, it states the rules the models check in code, so a
     consumer validating with the schema accepts and refuses the lines this module does: a
     `tool` message answers a call (`tool_call_id`), a gated rollout's reward is null or <= 0,
-    a line without messages says why (`provenance.gap`), and a gap is not blank. Only
-    `captured_at` is looser here (`format: date-time`, which validators need not enforce):
-    the models also require it to be UTC.
+    a line without messages says why (`provenance.gap`), and a gap is not blank. It is looser
+    in two places: `captured_at` (`format: date-time`, which validators need not enforce; the
+    models also require UTC), and integers, which JSON Schema lets be written `1.0`.
     """
     schema = RolloutLine.model_json_schema(by_alias=True)
     definitions = schema["$defs"]

@@ -118,7 +118,7 @@ def read_json_or_none(path: str | Path) -> Any:
     """The seed's `readJson`: the parsed value, or None when the file is missing, unreadable or not JSON."""
     try:
         raw = Path(path).read_bytes()
-    except OSError:
+    except (OSError, UnicodeEncodeError):  # the latter: a path no file name can hold (a lone surrogate)
         return None
     try:
         return parse_json(raw)
@@ -159,13 +159,15 @@ def number_or_none(value: Any) -> int | float | None:
 
 
 def integer_or_none(value: Any) -> int | None:
-    """An integral JSON number as int (2.0 → 2); anything else None."""
+    """An integral JSON number within 64 bits as int (2.0 → 2); anything else None. Beyond 64
+    bits a number is no longer exact for JavaScript or for orjson, which reads it back as a
+    double: a line holding it would not read back as the integer it says."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return value
     return None
 
 

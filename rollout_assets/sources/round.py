@@ -809,6 +809,10 @@ def run_dir_file(run_dir: str | None, name: str) -> str | None:
     files are unknown instead (the cell then says its workers cannot be listed)."""
     if run_dir is None or not os.path.isabs(run_dir):
         return None
+    try:
+        os.fsencode(run_dir)
+    except UnicodeEncodeError:  # a lone surrogate: no file name on this system can hold it
+        return None
     return os.path.join(run_dir, name)
 
 
