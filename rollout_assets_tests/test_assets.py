@@ -330,9 +330,12 @@ def test_corrupt_cell_cache_leaves_the_previous_ledger_intact(tmp_path: Path) ->
     assert {path: path.read_bytes() for path in files_under(folder)} == before
 
 
-def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(tmp_path: Path) -> None:
+def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dagster import materialize
 
+    from rollout_assets.defs import assets as assets_module
     from rollout_assets.defs.summary import rounds_summary
     from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
 
@@ -342,13 +345,17 @@ def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(t
     with instance_for_test() as test_instance:
         assert materialize_round(test_instance, resources).success
         assert (folder / "rollout-stats.json").is_file()
-        # The round changes so that the new ledger fails a blocking check: a result.json also
-        # names another cell's worker cwd, whose session then gets a line under both cells.
-        sites = edge_case_sites(layout.root, ROUND_SPEC)
-        result_json = sites["sup_status_running"].run_dir / "result.json"
-        record = json.loads(result_json.read_text(encoding="utf-8"))
-        record["recoveredSpend"]["workerCwds"].append(sites["non_ascii_text"].worker_cwd)
-        result_json.write_text(json.dumps(record), encoding="utf-8")
+        # The rerun's ledger fails a blocking check: its stage loses a worker line (a join bug).
+        write_rollout_ledger = assets_module.write_rollout_ledger
+
+        def losing_a_worker_line(outputs: Any) -> Any:
+            stats = write_rollout_ledger(outputs)
+            lines = [json.loads(line) for line in outputs.ledger.read_text(encoding="utf-8").splitlines()]
+            del lines[max(i for i, line in enumerate(lines) if line["role"] == "worker")]
+            outputs.ledger.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+            return stats
+
+        monkeypatch.setattr(assets_module, "write_rollout_ledger", losing_a_worker_line)
         rerun = materialize_round(test_instance, resources)
         summary = materialize(
             [*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key], instance=test_instance,
