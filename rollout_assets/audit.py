@@ -47,10 +47,17 @@ _OFFICIAL_JUDGE = "swe-arena-official-judge"
 _ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tangle.rollout.v1")
 
 
+_ID_PREFIX = _ID_NAMESPACE.bytes
+
+
 def _rollout_id(name: str) -> str:
-    """uuid5's algorithm; a name holding a lone surrogate is encoded as UTF-8 would encode it."""
-    digest = hashlib.sha1(_ID_NAMESPACE.bytes + name.encode("utf-8", "surrogatepass")).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=5))
+    """uuid5's algorithm, written out (the checks name every line twice; building a uuid.UUID
+    for each cost a third of that); a lone surrogate is encoded as UTF-8 would encode it."""
+    digest = bytearray(hashlib.sha1(_ID_PREFIX + name.encode("utf-8", "surrogatepass")).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass
@@ -256,7 +263,13 @@ class ExpectedLine(NamedTuple):
     rollout_id: str
     reward: Any  # what its reward must be
     coordinates: tuple[Any, ...]  # what its (candidate_id, generation, candidate_index, instance_id, rep) must be
-    what: str  # the invocation, for a failing check's sample
+    # The invocation, for a failing check's sample: its parts, joined only when one is shown
+    # (a string per line would hold tens of MB for a large round).
+    parts: tuple[str, ...]
+
+    @property
+    def what(self) -> str:
+        return " ".join(self.parts)
 
 
 @dataclass
@@ -461,18 +474,19 @@ def _expected_lines(
         supervisor = _rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         # A worker line carries its supervisor's candidate and task.
         coordinates = (cell.candidate_id, *_generation_and_index(cell.candidate_id), cell.scenario_id, cell.rep)
-        what = f"supervisor {cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}"
+        what = ("supervisor", cell.candidate_id, cell.scenario_id, f"rep{cell.rep}")
         lines.append(ExpectedLine(supervisor, cell.reward, coordinates, what))
         for cwd in cwds:
             for session in sessions.get(cwd) or ["-"]:
                 worker = _rollout_id(f"{supervisor}|{cwd}|{session}")
-                lines.append(ExpectedLine(worker, cell.reward, coordinates, f"worker {cwd} session {session} of {what}"))
+                lines.append(ExpectedLine(worker, cell.reward, coordinates, ("worker", cwd, "session", session, "of", *what)))
     fractions = _resolved_fractions(cells)
     for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
         proposer = _rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
         coordinates = (receipt.candidate_id, *_generation_and_index(receipt.candidate_id), *receipt.key)
-        what = f"proposer {receipt.relative_path}"
-        lines.append(ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, what))
+        lines.append(
+            ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, ("proposer", receipt.relative_path))
+        )
     return lines
 
 
@@ -518,6 +532,9 @@ class LedgerRecount:
     parents: list[tuple[int, str]] = field(default_factory=list)
     # against the inputs: every valid line as (line number, rollout_id, reward, coordinates), in order
     sequence: list[tuple[int, str, Any, tuple[Any, ...]]] = field(default_factory=list)
+    # One tuple per distinct coordinates (a supervisor's workers share its): less to keep and to
+    # send back from a part's process.
+    _coordinates: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict, repr=False)
     run_ids: Counter[str] = field(default_factory=Counter)
     ids_not_matching_fields: int = 0
     id_problems: list[str] = field(default_factory=list)  # the first SAMPLE_SIZE, in line order
@@ -594,6 +611,7 @@ class LedgerRecount:
             self.parents.append((lineno, value["parent_rollout_id"]))
         task = value["task"]
         coordinates = (value["candidate_id"], value["generation"], value["candidate_index"], task["instance_id"], task["rep"])
+        coordinates = self._coordinates.setdefault(coordinates, coordinates)
         self.sequence.append((lineno, value["rollout_id"], value["outcome"]["reward"], coordinates))
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
