@@ -263,13 +263,18 @@ class ExpectedLine(NamedTuple):
     rollout_id: str
     reward: Any  # what its reward must be
     coordinates: tuple[Any, ...]  # what its (candidate_id, generation, candidate_index, instance_id, rep) must be
-    # The invocation, for a failing check's sample: its parts, joined only when one is shown
-    # (a string per line would hold tens of MB for a large round).
-    parts: tuple[str, ...]
+    # The invocation, for a failing check's sample: (kind, *names), worded only when one is
+    # shown (a string per line would hold tens of MB for a large round).
+    parts: tuple[Any, ...]
 
     @property
     def what(self) -> str:
-        return " ".join(self.parts)
+        kind, *names = self.parts
+        if kind == "proposer":
+            return f"proposer {names[0]}"
+        *worker, candidate, scenario, rep = names
+        supervisor = f"supervisor {candidate}/{scenario}/rep{rep}"
+        return f"worker {worker[0]} session {worker[1]} of {supervisor}" if kind == "worker" else supervisor
 
 
 @dataclass
@@ -474,12 +479,12 @@ def _expected_lines(
         supervisor = _rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         # A worker line carries its supervisor's candidate and task.
         coordinates = (cell.candidate_id, *_generation_and_index(cell.candidate_id), cell.scenario_id, cell.rep)
-        what = ("supervisor", cell.candidate_id, cell.scenario_id, f"rep{cell.rep}")
-        lines.append(ExpectedLine(supervisor, cell.reward, coordinates, what))
+        names = (cell.candidate_id, cell.scenario_id, cell.rep)
+        lines.append(ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names)))
         for cwd in cwds:
             for session in sessions.get(cwd) or ["-"]:
                 worker = _rollout_id(f"{supervisor}|{cwd}|{session}")
-                lines.append(ExpectedLine(worker, cell.reward, coordinates, ("worker", cwd, "session", session, "of", *what)))
+                lines.append(ExpectedLine(worker, cell.reward, coordinates, ("worker", cwd, session, *names)))
     fractions = _resolved_fractions(cells)
     for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
         proposer = _rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
