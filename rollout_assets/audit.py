@@ -355,16 +355,12 @@ def _receipts(out_dir: Path) -> Iterator[_Receipt]:
 class _CellsRecount:
     """What the cells of one or more campaigns say (merged in campaign order)."""
 
-    cells: Counter[tuple[str, str, int]] = field(default_factory=Counter)
-    cwds: set[str] = field(default_factory=set)
     without_list: list[str] = field(default_factory=list)
     # (cell, its distinct worker cwds in first-listed order), in ledger order
     in_order: list[tuple[_Cell, tuple[str, ...]]] = field(default_factory=list)
     campaigns: list[str] = field(default_factory=list)  # the candidate ids of the campaign folders
 
     def merge(self, later: _CellsRecount) -> None:
-        self.cells.update(later.cells)
-        self.cwds |= later.cwds
         self.without_list += later.without_list
         self.in_order += later.in_order
         self.campaigns += later.campaigns
@@ -373,18 +369,15 @@ class _CellsRecount:
 def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _CellsRecount:
     recount = _CellsRecount(campaigns=[candidate_id] if campaign.is_dir() else [])
     for cell in _campaign_cells(candidate_id, campaign, names):
-        recount.cells[(cell.candidate_id, cell.scenario_id, cell.rep)] += 1
         result = _result_json(cell.run_dir)
         recovered = result.get("recoveredSpend") if result is not None else None
         listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
         cwds = tuple(dict.fromkeys(cwd for cwd in listed if isinstance(cwd, str))) if isinstance(listed, list) else ()
-        recount.cwds.update(cwds)
         recount.in_order.append((cell, cwds))
         # Workers that ran but cannot be listed: no readable result.json, or one that counts
         # spawned workers without naming their cwds.
         reported = result is not None and any(
-            isinstance(result.get(key), (int, float)) and not isinstance(result.get(key), bool) and result[key] > 0
-            for key in ("spawned", "workers")
+            _is_number(result.get(key)) and result[key] > 0 for key in ("spawned", "workers")
         )
         if (cell.run_dir is not None and result is None) or (reported and not isinstance(listed, list)):
             recount.without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
@@ -419,14 +412,15 @@ def recount_inputs(out_dir: Path, opencode_db: Path | None, workers: int | None 
     """One walk of the cells (and their result.json), the receipts, and one SQL pass over the
     store (skipped when `opencode_db` is None)."""
     cells = _recount_cells(out_dir, workers)
+    worker_cwds = {cwd for _, cwds in cells.in_order for cwd in cwds}
     store_readable, sessions = (
-        _opencode_sessions(opencode_db, cells.cwds) if opencode_db is not None else (False, {})
+        _opencode_sessions(opencode_db, worker_cwds) if opencode_db is not None else (False, {})
     )
     receipts = list(_receipts(out_dir))
     run_id = _run_id(out_dir)
     return InputsRecount(
-        cells=cells.cells,
-        worker_cwds=cells.cwds,
+        cells=Counter((cell.candidate_id, cell.scenario_id, cell.rep) for cell, _ in cells.in_order),
+        worker_cwds=worker_cwds,
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store_readable,

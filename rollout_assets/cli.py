@@ -19,12 +19,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
 from rollout_assets.paths import is_inside, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
+from rollout_assets.sources.jsonfiles import to_indented_json
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
 
@@ -122,17 +122,6 @@ class _ProgressBar:
         sys.stderr.flush()
 
 
-def _json_text(value: Any) -> str:
-    """Indented JSON for stdout, non-ASCII kept; with ASCII escapes when it holds a lone
-    surrogate (a torn escape in an input), which no UTF-8 output can carry."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value, indent=2)
-    return text
-
-
 def run_backfill(args: argparse.Namespace) -> int:
     out_dir = resolve_out_dir(args.out_dir)
     ledger_path = Path(args.ledger_path)
@@ -154,13 +143,13 @@ def run_backfill(args: argparse.Namespace) -> int:
         # a folder meanwhile). The writer is atomic: whatever was at OUT is still there.
         print(f"rollout-assets: error: ledger {args.ledger_path} not written: {error}", file=sys.stderr)
         return 1
-    print(_json_text(stats.to_json()))
+    print(to_indented_json(stats.to_json()))
     print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
     return 0
 
 
 def run_manifest(args: argparse.Namespace) -> int:
-    print(_json_text(build_manifest(args.out_dir).to_json()))
+    print(to_indented_json(build_manifest(args.out_dir).to_json()))
     return 0
 
 

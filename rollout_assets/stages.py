@@ -49,6 +49,7 @@ from rollout_assets.backfill.parallel import (
     write_units,
 )
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, decode_record, iter_jsonl, validate_line
+from rollout_assets.sources.jsonfiles import to_indented_json
 from rollout_assets.sources.round import (
     RoundInputError,
     RoundManifest,
@@ -116,11 +117,7 @@ def write_json_atomic(path: Path, value: Any) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-    text = json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:
-        data = json.dumps(value, indent=2, allow_nan=False).encode("ascii")
+    data = to_indented_json(value, allow_nan=False).encode("utf-8")
     try:
         with open(temp, "wb") as handle:
             handle.write(data + b"\n")

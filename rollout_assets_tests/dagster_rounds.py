@@ -193,3 +193,20 @@ def pickled_files(folder: Path) -> list[Path]:
             if handle.read(1) == PICKLE_MAGIC:
                 found.append(path)
     return found
+
+
+def lose_a_worker_line_in_the_ledger_stage(monkeypatch: Any) -> None:
+    """Make the ledger stage behave like a join bug: right after the real stage writes the
+    ledger, its last worker line is gone. The checks, not the stage, must notice."""
+    from rollout_assets.defs import assets
+
+    write_rollout_ledger = assets.write_rollout_ledger
+
+    def losing_a_worker_line(outputs: Any) -> Any:
+        stats = write_rollout_ledger(outputs)
+        lines = read_jsonl(outputs.ledger)
+        del lines[max(i for i, line in enumerate(lines) if line["role"] == "worker")]
+        write_jsonl(outputs.ledger, lines)
+        return stats
+
+    monkeypatch.setattr(assets, "write_rollout_ledger", losing_a_worker_line)

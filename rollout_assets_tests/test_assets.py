@@ -335,9 +335,8 @@ def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(
 ) -> None:
     from dagster import materialize
 
-    from rollout_assets.defs import assets as assets_module
     from rollout_assets.defs.summary import rounds_summary
-    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS, lose_a_worker_line_in_the_ledger_stage
 
     layout = write_rounds(tmp_path / "demo")
     resources = round_resources(layout, tmp_path / "ledgers")
@@ -346,16 +345,7 @@ def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(
         assert materialize_round(test_instance, resources).success
         assert (folder / "rollout-stats.json").is_file()
         # The rerun's ledger fails a blocking check: its stage loses a worker line (a join bug).
-        write_rollout_ledger = assets_module.write_rollout_ledger
-
-        def losing_a_worker_line(outputs: Any) -> Any:
-            stats = write_rollout_ledger(outputs)
-            lines = [json.loads(line) for line in outputs.ledger.read_text(encoding="utf-8").splitlines()]
-            del lines[max(i for i, line in enumerate(lines) if line["role"] == "worker")]
-            outputs.ledger.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-            return stats
-
-        monkeypatch.setattr(assets_module, "write_rollout_ledger", losing_a_worker_line)
+        lose_a_worker_line_in_the_ledger_stage(monkeypatch)
         rerun = materialize_round(test_instance, resources)
         summary = materialize(
             [*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key], instance=test_instance,

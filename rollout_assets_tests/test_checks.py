@@ -20,7 +20,6 @@ from dagster import AssetCheckSeverity, DagsterInstance, instance_for_test
 
 from rollout_assets import audit
 from rollout_assets.backfill.join import RoundBackfill
-from rollout_assets.defs import assets as assets_module
 from rollout_assets.defs.assets import rollout_ledger, rollout_stats
 from rollout_assets.demo import DemoLayout, EdgeCaseSite, edge_case_sites
 from rollout_assets.ledger import write_ledger
@@ -42,6 +41,7 @@ from rollout_assets_tests.dagster_rounds import (
     cli_backfill,
     evaluations,
     files_under,
+    lose_a_worker_line_in_the_ledger_stage,
     materializations,
     materialize_round,
     metadata_values,
@@ -714,16 +714,7 @@ def test_failing_blocking_check_stops_rollout_stats(tmp_path: Path, monkeypatch:
     """A join that loses a line (here: the ledger stage's file loses its last worker line right
     after it is written): the blocking checks fail and stop the round before its stats."""
     layout = write_rounds(tmp_path / "demo")
-    write_rollout_ledger = assets_module.write_rollout_ledger
-
-    def losing_a_worker_line(outputs: Any) -> Any:
-        stats = write_rollout_ledger(outputs)
-        lines = read_jsonl(outputs.ledger)
-        del lines[max(i for i, line in enumerate(lines) if line["role"] == "worker")]
-        write_jsonl(outputs.ledger, lines)
-        return stats
-
-    monkeypatch.setattr(assets_module, "write_rollout_ledger", losing_a_worker_line)
+    lose_a_worker_line_in_the_ledger_stage(monkeypatch)
     ledger_root = tmp_path / "ledgers"
     with instance_for_test() as instance:
         result = materialize_round(instance, round_resources(layout, ledger_root))

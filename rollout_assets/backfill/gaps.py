@@ -64,11 +64,17 @@ def claude_transcript_empty(transcript_path: str) -> str:
     return f"claude transcript {transcript_path} matched the shot's time window but holds no conversation messages"
 
 
+# The supervisor gaps of a cell whose workers cannot be listed, built once (gap_kind runs per line).
+_WORKER_LIST_GAPS = frozenset(
+    SUPERVISOR_NOT_PERSISTED + suffix for suffix in (WORKER_LIST_MISSING_SUFFIX, WORKERS_UNLISTED_SUFFIX)
+)
+
+
 def gap_kind(gap: str) -> str:
     """The kind of a gap string, by the wording above."""
     if gap == SUPERVISOR_NOT_PERSISTED:
         return KIND_SUPERVISOR_NOT_PERSISTED
-    if gap in (SUPERVISOR_NOT_PERSISTED + WORKER_LIST_MISSING_SUFFIX, SUPERVISOR_NOT_PERSISTED + WORKERS_UNLISTED_SUFFIX):
+    if gap in _WORKER_LIST_GAPS:
         return KIND_WORKER_LIST_MISSING
     if gap.startswith("opencode store unavailable; worker cwd "):
         return KIND_OPENCODE_UNAVAILABLE

@@ -24,6 +24,7 @@ from dagster import (
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundsRoot, is_round_dir
+from rollout_assets.sources.jsonfiles import string_or_none
 from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
 
 SENSOR_INTERVAL_SECONDS = int(os.environ.get("ROLLOUT_SENSOR_INTERVAL_SECONDS", "60"))
@@ -71,10 +72,6 @@ def _listdir(folder: Path) -> list[str]:
         return []
 
 
-def _string_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 @lru_cache(maxsize=200_000)
 def _artifact_of(cell_cache: str, size: int, mtime_ns: int) -> tuple[str | None, str | None]:
     """A cell's (artifact.runDir, artifact.patchPath); cached by (path, size, mtime) so
@@ -86,7 +83,7 @@ def _artifact_of(cell_cache: str, size: int, mtime_ns: int) -> tuple[str | None,
     artifact = record.get("artifact") if isinstance(record, dict) else None
     if not isinstance(artifact, dict):
         return None, None
-    return _string_or_none(artifact.get("runDir")), _string_or_none(artifact.get("patchPath"))
+    return string_or_none(artifact.get("runDir")), string_or_none(artifact.get("patchPath"))
 
 
 def _input_files(out_dir: Path) -> tuple[list[Path], list[Path], int, int]:

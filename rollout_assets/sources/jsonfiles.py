@@ -135,6 +135,18 @@ def to_json_text(value: Any) -> str:
         return _COMPACT_ENCODER.encode(value)
 
 
+def to_indented_json(value: Any, *, allow_nan: bool = True) -> str:
+    """Indented JSON (2 spaces) for people and files, non-ASCII kept; with ASCII escapes when it
+    holds a lone surrogate (a torn escape in an input), which UTF-8 cannot carry. The JSON
+    value is the same either way, and the text always encodes as UTF-8."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, allow_nan=allow_nan)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=2, allow_nan=allow_nan)
+    return text
+
+
 def is_record(value: Any) -> bool:
     return isinstance(value, dict)
 
