@@ -1,6 +1,7 @@
 """The `rollout-assets` command line: the core without Dagster.
 
     rollout-assets backfill OUTDIR OUT.jsonl [--opencode-db PATH] [--claude-projects DIR]
+                            [--progress auto|always|never] [--workers N]
     rollout-assets manifest OUTDIR
     rollout-assets schema
     rollout-assets demo ROOT
@@ -8,7 +9,9 @@
 
 `backfill` keeps the seed's contract: the stats JSON (2-space indent) on stdout, then
 `rollout ledger → OUT (N lines)`. Corrupt evidence exits 1 with one line naming the file
-and the problem, and writes no ledger (an existing file at OUT stays as it was).
+and the problem, and writes no ledger (an existing file at OUT stays as it was). A store
+that cannot be read, or a round with nothing in it, is not an error (the ledger says so in
+gap lines, or is empty), but a warning on stderr says so.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rollout_assets.backfill.parallel import backfill_to_file
+from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
 from rollout_assets.paths import is_inside, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
@@ -33,6 +37,16 @@ class _UsageError(Exception):
     pass
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollout-assets", description="Turn improvement-loop rounds into tangle.rollout.v1 ledgers."
@@ -42,8 +56,18 @@ def _parser() -> argparse.ArgumentParser:
     backfill = commands.add_parser("backfill", help="write the rollout ledger of one round outDir")
     backfill.add_argument("out_dir", metavar="OUTDIR", help="the round's outDir")
     backfill.add_argument("ledger_path", metavar="OUT.jsonl", help="where to write the ledger")
-    backfill.add_argument("--opencode-db", default=DEFAULT_OPENCODE_DB, metavar="PATH")
-    backfill.add_argument("--claude-projects", default=DEFAULT_CLAUDE_PROJECTS_DIR, metavar="DIR")
+    backfill.add_argument(
+        "--opencode-db",
+        default=DEFAULT_OPENCODE_DB,
+        metavar="PATH",
+        help="the opencode SQLite store of the worker sessions (default: %(default)s)",
+    )
+    backfill.add_argument(
+        "--claude-projects",
+        default=DEFAULT_CLAUDE_PROJECTS_DIR,
+        metavar="DIR",
+        help="the Claude Code projects folder of the proposer transcripts (default: %(default)s)",
+    )
     backfill.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
@@ -52,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     backfill.add_argument(
         "--workers",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="worker processes (default: every core); the ledger is the same for any N",
@@ -70,7 +94,11 @@ def _parser() -> argparse.ArgumentParser:
         "materialize",
         help="materialize and check rounds through Dagster on the instance at $DAGSTER_HOME",
     )
-    materialize.add_argument("rounds", nargs="*", metavar="ROUND", help="round names (default: every round found)")
+    materialize.add_argument(
+        "rounds", nargs="*", metavar="ROUND", help="round names (default: every round found)"
+    )
+    for command_parser in commands.choices.values():
+        command_parser.set_defaults(command_parser=command_parser)
     return parser
 
 
@@ -143,9 +171,30 @@ def run_backfill(args: argparse.Namespace) -> int:
         # a folder meanwhile). The writer is atomic: whatever was at OUT is still there.
         print(f"rollout-assets: error: ledger {args.ledger_path} not written: {error}", file=sys.stderr)
         return 1
+    for warning in _backfill_warnings(args, stats):
+        print(f"rollout-assets: warning: {warning}", file=sys.stderr)
     print(to_indented_json(stats.to_json()))
     print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
     return 0
+
+
+def _backfill_warnings(args: argparse.Namespace, stats: BackfillStats) -> list[str]:
+    """What a ledger written without an error may still be missing, said on stderr so a
+    mistyped path is not found only in the stats (stdout stays the seed's contract)."""
+    warnings = []
+    if not stats.opencode_db_available and stats.by_role.get("worker"):
+        warnings.append(
+            f"opencode database {args.opencode_db} could not be read (missing, not a file, or not an opencode "
+            "store): every worker line is a gap line; give the store with --opencode-db"
+        )
+    if not os.path.isdir(args.claude_projects) and stats.by_role.get("proposer"):
+        warnings.append(
+            f"Claude projects folder {args.claude_projects} is not a directory: every proposer line is a gap "
+            "line; give the folder with --claude-projects"
+        )
+    if stats.lines == 0:
+        warnings.append(f"{args.out_dir} holds no campaign cells and no proposer shots: the ledger is empty")
+    return warnings
 
 
 def run_manifest(args: argparse.Namespace) -> int:
@@ -197,10 +246,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except _UsageError as error:
-        parser.print_usage(sys.stderr)
+        args.command_parser.print_usage(sys.stderr)  # as argparse's own errors do
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 2
-    except (RoundInputError, LedgerValidationError, OpencodeStoreChanged, WriterBusyError, FileExistsError) as error:
+    except (
+        RoundInputError,
+        LedgerValidationError,
+        OpencodeStoreChanged,
+        WriterBusyError,
+        FileExistsError,
+    ) as error:
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:

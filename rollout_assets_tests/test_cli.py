@@ -169,6 +169,78 @@ def test_no_command_at_all_exits_2_with_a_usage_line() -> None:
     assert result.stderr.startswith("usage: rollout-assets ")
 
 
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_backfill_refuses_a_worker_count_below_one(demo: DemoLayout, tmp_path: Path, workers: str) -> None:
+    result = cli(*backfill_args(demo, demo.rounds[0], tmp_path / "out.jsonl"), "--workers", workers)
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: rollout-assets backfill ")
+    assert f"--workers: must be a whole number of at least 1, not '{workers}'" in result.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("store", ["missing", "a-directory", "not-sqlite"])
+def test_an_unreadable_opencode_store_gives_gap_lines_and_one_warning_naming_it(
+    demo: DemoLayout, tmp_path: Path, store: str
+) -> None:
+    opencode_db = tmp_path / "opencode.db"
+    if store == "a-directory":
+        opencode_db.mkdir()
+    elif store == "not-sqlite":
+        opencode_db.write_text("not a database\n")
+    ledger = tmp_path / "out.jsonl"
+
+    result = cli(*backfill_args(demo, demo.rounds[0], ledger, opencode_db=opencode_db))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        (
+            f"rollout-assets: warning: opencode database {opencode_db} could not be read (missing, not a file, "
+            "or not an opencode store): every worker line is a gap line; give the store with --opencode-db"
+        )
+    ]
+    workers = [line for line in read_ledger_dicts(ledger) if line["role"] == "worker"]
+    assert workers
+    assert all(line["messages"] == [] and line["provenance"]["gap"] for line in workers)
+
+
+def test_a_missing_claude_projects_folder_gives_gap_lines_and_one_warning_naming_it(
+    demo: DemoLayout, tmp_path: Path
+) -> None:
+    claude_projects_dir = tmp_path / "no-such-folder"
+    ledger = tmp_path / "out.jsonl"
+
+    result = cli(*backfill_args(demo, demo.rounds[0], ledger, claude_projects_dir=claude_projects_dir))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        (
+            f"rollout-assets: warning: Claude projects folder {claude_projects_dir} is not a directory: every "
+            "proposer line is a gap line; give the folder with --claude-projects"
+        )
+    ]
+    proposers = [line for line in read_ledger_dicts(ledger) if line["role"] == "proposer"]
+    assert proposers
+    assert all(line["messages"] == [] and line["provenance"]["gap"] for line in proposers)
+
+
+def test_a_round_with_nothing_in_it_writes_an_empty_ledger_and_warns(
+    demo: DemoLayout, tmp_path: Path
+) -> None:
+    empty_round = tmp_path / "empty-round"
+    empty_round.mkdir()
+    ledger = tmp_path / "out.jsonl"
+
+    result = cli(*backfill_args(demo, empty_round, ledger))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"rollout-assets: warning: {empty_round} holds no campaign cells and no proposer shots: the ledger is empty"
+    ]
+    assert result.stdout.splitlines()[-1] == f"rollout ledger → {ledger} (0 lines)"
+    assert ledger.read_bytes() == b""
+
+
 def test_a_corrupt_cell_cache_exits_1_naming_the_file_and_writes_no_ledger(
     demo: DemoLayout, round_copy: Path, tmp_path: Path
 ) -> None:
@@ -341,6 +413,7 @@ def test_backfill_refuses_an_out_path_it_cannot_write_in_one_line(
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("usage: rollout-assets backfill ")
     assert result.stderr.splitlines()[-1].startswith(f"rollout-assets: error: {problem}")
     assert result.stdout == ""
     assert file_hashes(folder) == before

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from rollout_assets.backfill.join import choose_transcript, parse_iso_ms
+from rollout_assets.backfill.join import choose_transcript
 from rollout_assets.sources.claude import ClaudeTranscript, read_transcript
 from rollout_assets_tests.builders import assistant_line, user_line, write_transcript
 
@@ -159,39 +159,11 @@ def test_without_valid_receipt_times_an_only_candidate_with_an_unparseable_start
     assert chosen([transcript_at(tmp_path, "odd", "yesterday")], None) == "odd"
 
 
-# ---------------------------------------------------------------------------
-# parse_iso_ms
-# ---------------------------------------------------------------------------
+def test_receipt_times_are_read_as_date_parse_reads_them(tmp_path: Path) -> None:
+    # `date -R` and toUTCString() write RFC 1123; fromisoformat refuses it, which made a shot
+    # with two candidate transcripts a gap where the seed joined the one in the window.
+    receipt = {"startedAt": "Wed, 01 Jan 2025 10:00:00 GMT", "completedAt": "Wed, 01 Jan 2025 10:30:00 +0000"}
+    inside = transcript_at(tmp_path, "inside", "2025-01-01T10:00:05.000Z")
+    outside = transcript_at(tmp_path, "outside", "2025-01-01T12:00:00.000Z")
 
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("2025-01-01T00:00:00Z", 1_735_689_600_000),
-        ("2025-01-01T00:00:00.250Z", 1_735_689_600_250),
-        ("2025-01-01T02:00:00+02:00", 1_735_689_600_000),
-        ("2024-12-31T19:30:00.5-04:30", 1_735_689_600_500),
-        ("2025-01-01T00:00:00", 1_735_689_600_000),
-        ("2025-01-01", 1_735_689_600_000),
-    ],
-    ids=["z", "z-millis", "plus-offset", "minus-offset-fraction", "naive-is-utc", "date-only-is-utc"],
-)
-def test_parse_iso_ms_gives_epoch_milliseconds(value: str, expected: int) -> None:
-    assert parse_iso_ms(value) == expected
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        "",
-        "not a date",
-        "2025-13-01T00:00:00Z",
-        "2025-01-01T25:00:00Z",
-        None,
-        1_735_689_600_000,
-        ["2025-01-01"],
-    ],
-    ids=["empty", "words", "month-13", "hour-25", "none", "number", "list"],
-)
-def test_parse_iso_ms_gives_none_for_anything_else(value: Any) -> None:
-    assert parse_iso_ms(value) is None
+    assert chosen([outside, inside], receipt) == "inside"

@@ -20,6 +20,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Self
 
+from rollout_assets.backfill.jsdate import js_date_parse_ms
 from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line, worker_line
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
@@ -205,36 +206,24 @@ class _WorktreeTranscripts:
         return [t for t in self._transcripts if t.main_thread_lines > 0]
 
 
-def parse_iso_ms(value: Any) -> float | None:
-    """Epoch milliseconds of an ISO-8601 string; None where JavaScript's Date.parse gives NaN.
-
-    A date-time without an offset is read as UTC (Date.parse would use the host's zone).
-    """
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp() * 1000
-
-
-def choose_transcript(candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None) -> ClaudeTranscript | None:
+def choose_transcript(
+    candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None
+) -> ClaudeTranscript | None:
     """The transcript of a shot (inputs.md §6), or None when none matches."""
     receipt = receipt or {}
-    started = parse_iso_ms(receipt.get("startedAt"))
-    completed = parse_iso_ms(receipt.get("completedAt"))
+    started = js_date_parse_ms(receipt.get("startedAt"))
+    completed = js_date_parse_ms(receipt.get("completedAt"))
     windowed: list[tuple[ClaudeTranscript, float | None]] = []
     for transcript in candidates:
         if transcript.started_at is None:
             continue
-        start = parse_iso_ms(transcript.started_at)
+        start = js_date_parse_ms(transcript.started_at)
         if started is None or completed is None:
             in_window = len(candidates) == 1
         else:
-            in_window = start is not None and started - WINDOW_SLACK_MS <= start <= completed + WINDOW_SLACK_MS
+            in_window = (
+                start is not None and started - WINDOW_SLACK_MS <= start <= completed + WINDOW_SLACK_MS
+            )
         if in_window:
             windowed.append((transcript, start))
     if not windowed:
