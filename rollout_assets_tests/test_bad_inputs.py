@@ -41,6 +41,7 @@ from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, InvalidRoundK
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
 from rollout_assets.ledger import read_ledger_dicts
+from rollout_assets.sources.claude import claude_project_slug
 from rollout_assets_tests.backfill_runs import backfill
 from rollout_assets_tests.dagster_rounds import (
     ALL_ROUND_DEFS,
@@ -96,13 +97,17 @@ class Round:
     def campaign(self, name: str) -> Path:
         return self.out_dir / "improve-run" / name
 
-    def cell_cache(self, campaign: str = "gen-0/candidate-0", scenario: str = "astropy__astropy-12907") -> Path:
+    def cell_cache(
+        self, campaign: str = "gen-0/candidate-0", scenario: str = "astropy__astropy-12907"
+    ) -> Path:
         return self.campaign(campaign) / f"{scenario}__rep0" / "cached-result.json"
 
     def run_dir(self, cache: Path) -> Path:
         return Path(json.loads(cache.read_bytes())["artifact"]["runDir"])
 
-    def supervisor(self, candidate: str, scenario: str, lines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def supervisor(
+        self, candidate: str, scenario: str, lines: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         found = [
             line
             for line in (self.before if lines is None else lines)
@@ -113,7 +118,9 @@ class Round:
         assert len(found) == 1
         return found[0]
 
-    def workers_of(self, supervisor: dict[str, Any], lines: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    def workers_of(
+        self, supervisor: dict[str, Any], lines: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         return [
             line
             for line in (self.before if lines is None else lines)
@@ -124,7 +131,9 @@ class Round:
         return [line for line in (self.before if lines is None else lines) if line["role"] == "proposer"]
 
     def proposer_of(self, worktree: str, lines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        found = [line for line in self.proposers(lines) if line["artifacts"]["run_dir"].endswith(f"/{worktree}")]
+        found = [
+            line for line in self.proposers(lines) if line["artifacts"]["run_dir"].endswith(f"/{worktree}")
+        ]
         assert len(found) == 1
         return found[0]
 
@@ -138,7 +147,9 @@ def make_round(root: Path) -> Round:
     ledgers.mkdir()
     ledger = ledgers / "out.jsonl"
     ledger.write_bytes(OLD_LEDGER)
-    before = backfill(layout.rounds[0], opencode_db=layout.opencode_db, claude_projects_dir=layout.claude_projects_dir)
+    before = backfill(
+        layout.rounds[0], opencode_db=layout.opencode_db, claude_projects_dir=layout.claude_projects_dir
+    )
     assert before.stats.by_role == {"supervisor": CELLS, "worker": WORKERS, "proposer": SHOTS}
     assert before.stats.full_transcripts == WORKERS + SHOTS  # a clean round: only supervisor gaps
     return Round(layout, layout.rounds[0], ledger, before.lines)
@@ -248,10 +259,13 @@ def user_message_and_parts(db: Path, session_id: str) -> tuple[str, list[tuple[s
     """The first (user) message of a session and its parts (id, raw data), read with plain SQL."""
     with sqlite3.connect(db) as connection:
         message_id, data = connection.execute(
-            "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id LIMIT 1", (session_id,)
+            "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id LIMIT 1",
+            (session_id,),
         ).fetchone()
         assert json.loads(data)["role"] == "user"
-        parts = connection.execute("SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (message_id,)).fetchall()
+        parts = connection.execute(
+            "SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (message_id,)
+        ).fetchall()
     connection.close()
     return message_id, parts
 
@@ -271,7 +285,9 @@ def first_worker(rnd: Round) -> dict[str, Any]:
     return rnd.workers_of(rnd.supervisor("gen0-cand0", "astropy__astropy-12907"))[0]
 
 
-def assert_only_user_prompt_changed(rnd: Round, after: list[dict[str, Any]], worker: dict[str, Any], content: str) -> None:
+def assert_only_user_prompt_changed(
+    rnd: Round, after: list[dict[str, Any]], worker: dict[str, Any], content: str
+) -> None:
     changed = changed_lines(rnd.before, after)
     assert set(changed) == {worker["rollout_id"]}
     old, new = changed[worker["rollout_id"]]
@@ -342,7 +358,9 @@ def test_infinity_in_a_cell_cache_fails_loud(rnd: Round) -> None:
 
 def test_cell_cache_nested_100000_deep_fails_loud_without_recursion_error(rnd: Round) -> None:
     cache = rnd.cell_cache()
-    cache.write_bytes(cache.read_bytes().replace(b'"costUsd":', f'"deep":{nested(DEEP)},"costUsd":'.encode(), 1))
+    cache.write_bytes(
+        cache.read_bytes().replace(b'"costUsd":', f'"deep":{nested(DEEP)},"costUsd":'.encode(), 1)
+    )
 
     assert_fails_loud(cli_backfill(rnd), rnd, f"{cache}: cell cache is not valid JSON", "nested deeper than")
 
@@ -457,7 +475,10 @@ def test_database_written_by_another_process_during_the_backfill_joins_every_ses
     store.parent.mkdir()
     shutil.copy(rnd.db, store)
     writer = subprocess.Popen(
-        [sys.executable, "-c", WAL_WRITER, str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", WAL_WRITER, str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert writer.stdout is not None
@@ -562,7 +583,12 @@ def test_invalid_utf8_in_an_opencode_part_reads_as_replacement_characters(rnd: R
     _, parts = user_message_and_parts(rnd.db, session_of(worker))
     (_, first), (second_id, second) = parts
     assert "<context>" in second
-    set_raw(rnd.db, "part", second_id, second.encode("utf-8").replace(b"<context>", b"<cont" + BAD_UTF8 + b"ext>", 1))
+    set_raw(
+        rnd.db,
+        "part",
+        second_id,
+        second.encode("utf-8").replace(b"<context>", b"<cont" + BAD_UTF8 + b"ext>", 1),
+    )
 
     after = backfilled(cli_backfill(rnd), rnd)
 
@@ -580,9 +606,13 @@ def test_invalid_utf8_in_a_transcript_reads_as_replacement_characters(rnd: Round
     index = next(
         i
         for i, raw in enumerate(raw_lines)
-        if raw.strip() and json.loads(raw).get("type") == "user" and json.loads(raw)["message"]["content"] == prompt
+        if raw.strip()
+        and json.loads(raw).get("type") == "user"
+        and json.loads(raw)["message"]["content"] == prompt
     )
-    raw_lines[index] = raw_lines[index].replace(head.encode(), head[:6].encode() + BAD_UTF8 + head[6:].encode(), 1)
+    raw_lines[index] = raw_lines[index].replace(
+        head.encode(), head[:6].encode() + BAD_UTF8 + head[6:].encode(), 1
+    )
     transcript.write_bytes(b"\n".join(raw_lines))
 
     after = backfilled(cli_backfill(rnd), rnd)
@@ -614,7 +644,10 @@ def test_transcript_whose_last_line_is_cut_off_keeps_every_earlier_message(rnd: 
     assert set(changed) == {proposer["rollout_id"]}
     old, new = changed[proposer["rollout_id"]]
     assert new["messages"] == old["messages"][:-1]
-    assert new["provenance"].get("gap") is None and new["outcome"]["is_completed"] == old["outcome"]["is_completed"]
+    assert (
+        new["provenance"].get("gap") is None
+        and new["outcome"]["is_completed"] == old["outcome"]["is_completed"]
+    )
 
 
 # -- an unreadable transcript folder ------------------------------------------------
@@ -663,7 +696,14 @@ def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Pa
     ledgers = rnd.ledger.parent
     ledgers.chmod(0o777)  # nobody writes the ledger here
     folder.chmod(0o000)
-    args = [str(rnd.out_dir), str(rnd.ledger), "--opencode-db", str(rnd.db), "--claude-projects", str(rnd.claude)]
+    args = [
+        str(rnd.out_dir),
+        str(rnd.ledger),
+        "--opencode-db",
+        str(rnd.db),
+        "--claude-projects",
+        str(rnd.claude),
+    ]
     if os.geteuid() == 0:
         # Root reads a chmod-000 folder anyway, so the permission alone proves nothing:
         # the backfill runs as an unprivileged user, for whom it is really unreadable.
@@ -671,9 +711,13 @@ def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Pa
         command = [sys.executable, "-c", AS_NOBODY, str(scratch), *args]
     else:
         command = [sys.executable, "-m", "rollout_assets.cli", "backfill", *args]
-    result = subprocess.run(command, capture_output=True, text=True, encoding="utf-8", timeout=120, check=False)
+    result = subprocess.run(
+        command, capture_output=True, text=True, encoding="utf-8", timeout=120, check=False
+    )
     if result.returncode == 77:
-        pytest.fail("could not drop root privileges to `nobody` (no CAP_SETUID?): an unreadable folder cannot be tested")
+        pytest.fail(
+            "could not drop root privileges to `nobody` (no CAP_SETUID?): an unreadable folder cannot be tested"
+        )
 
     after = backfilled(result, rnd)
 
@@ -771,7 +815,8 @@ def test_numbers_beyond_a_double_read_as_null_and_change_only_their_fields(rnd: 
     receipt_path = rnd.out_dir / "proposer-shots" / "atlas" / "gen0-cand1-shot0.json"
     receipt = json.loads(receipt_path.read_bytes())
     receipt_path.write_text(
-        json.dumps(receipt).replace(f'"costUsd": {receipt["receipt"]["costUsd"]}', '"costUsd": 1e400', 1)
+        json.dumps(receipt)
+        .replace(f'"costUsd": {receipt["receipt"]["costUsd"]}', '"costUsd": 1e400', 1)
         .replace(f'"durationMs": {receipt["receipt"]["durationMs"]}', '"durationMs": -1e400', 1)
     )
     cache = rnd.cell_cache()
@@ -813,7 +858,8 @@ def test_infinite_numbers_in_a_session_row_read_as_null(rnd: Round) -> None:
     worker = first_worker(rnd)
     with sqlite3.connect(rnd.db) as connection:
         connection.execute(
-            "UPDATE session SET cost = 1e999, time_updated = 1e999, agent = X'00' WHERE id = ?", (session_of(worker),)
+            "UPDATE session SET cost = 1e999, time_updated = 1e999, agent = X'00' WHERE id = ?",
+            (session_of(worker),),
         )
     connection.close()
 
@@ -822,7 +868,11 @@ def test_infinite_numbers_in_a_session_row_read_as_null(rnd: Round) -> None:
     changed = changed_lines(rnd.before, after)
     assert set(changed) == {worker["rollout_id"]}
     old, new = changed[worker["rollout_id"]]
-    assert (new["cost"]["usd"], new["cost"]["wall_s"], new["outcome"]["metrics"]["session_agent"]) == (None, None, None)
+    assert (new["cost"]["usd"], new["cost"]["wall_s"], new["outcome"]["metrics"]["session_agent"]) == (
+        None,
+        None,
+        None,
+    )
     old["cost"]["usd"] = old["cost"]["wall_s"] = old["outcome"]["metrics"]["session_agent"] = None
     assert new == old
 
@@ -843,7 +893,7 @@ def first_tool_part(db: Path, session_id: str) -> tuple[str, dict[str, Any]]:
     with sqlite3.connect(db) as connection:
         part_id, data = connection.execute(
             "SELECT p.id, p.data FROM part AS p JOIN message AS m ON m.id = p.message_id "
-            "WHERE m.session_id = ? AND p.data LIKE '{\"type\":\"tool\"%' ORDER BY p.id LIMIT 1",
+            'WHERE m.session_id = ? AND p.data LIKE \'{"type":"tool"%\' ORDER BY p.id LIMIT 1',
             (session_id,),
         ).fetchone()
     connection.close()
@@ -947,7 +997,9 @@ def test_50_mb_tool_output_is_kept_whole_within_bounded_memory(rnd: Round, tmp_p
     exit_code, max_rss_kib = map(int, measured.read_text().split())
     peak_mib = max_rss_kib / 1024  # Linux reports KiB
 
-    after = backfilled(subprocess.CompletedProcess(command, exit_code, stdout.read_text(), probe.stderr.decode()), rnd)
+    after = backfilled(
+        subprocess.CompletedProcess(command, exit_code, stdout.read_text(), probe.stderr.decode()), rnd
+    )
     assert peak_mib < PEAK_RSS_BOUND_MIB, f"peak RSS {peak_mib:.0f} MiB"
     changed = changed_lines(rnd.before, after)
     assert set(changed) == {worker["rollout_id"]}
@@ -993,7 +1045,9 @@ def materialize_assets(
     )
 
 
-def test_round_directory_removed_during_a_run_fails_naming_it(instance: DagsterInstance, tmp_path: Path) -> None:
+def test_round_directory_removed_during_a_run_fails_naming_it(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
     layout = write_demo(tmp_path / "demo", rounds=[SPEC])
     resources = round_resources(layout, tmp_path / "ledgers")
     assert materialize_round(instance, resources, SPEC.name).success
@@ -1021,7 +1075,9 @@ def test_round_directory_removed_during_a_run_fails_naming_it(instance: DagsterI
     assert ledger_state(outputs) == previous
 
 
-def test_cells_appearing_during_a_run_fail_with_round_changed_error(instance: DagsterInstance, tmp_path: Path) -> None:
+def test_cells_appearing_during_a_run_fail_with_round_changed_error(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
     layout = write_demo(tmp_path / "demo", rounds=[SPEC])
     resources = round_resources(layout, tmp_path / "ledgers")
     assert materialize_round(instance, resources, SPEC.name).success
@@ -1036,7 +1092,10 @@ def test_cells_appearing_during_a_run_fail_with_round_changed_error(instance: Da
     record["rep"] = 1
     (new_cell / "cached-result.json").write_text(json.dumps(record), encoding="utf-8")
     result = materialize_assets(
-        instance, resources, SPEC.name, ["campaign_cells", "worker_sessions", "rollout_ledger", "rollout_stats"]
+        instance,
+        resources,
+        SPEC.name,
+        ["campaign_cells", "worker_sessions", "rollout_ledger", "rollout_stats"],
     )
 
     assert not result.success
@@ -1133,7 +1192,9 @@ def test_result_json_nested_100000_deep_is_labeled_and_the_checks_pass(
     # neither may die of a RecursionError): the supervisor is labeled, and the checks agree.
     layout = write_demo(tmp_path / "demo", rounds=[SPEC])
     cache = layout.rounds[0] / "improve-run" / "gen-0" / "candidate-0" / "astropy__astropy-12907__rep0"
-    result_json = Path(json.loads((cache / "cached-result.json").read_bytes())["artifact"]["runDir"]) / "result.json"
+    result_json = (
+        Path(json.loads((cache / "cached-result.json").read_bytes())["artifact"]["runDir"]) / "result.json"
+    )
     data = result_json.read_bytes().rstrip()
     assert data.endswith(b"}")
     result_json.write_bytes(data[:-1] + f',"deep":{nested(DEEP)}}}'.encode())
@@ -1167,9 +1228,23 @@ def test_a_lone_surrogate_in_a_scenario_id_is_kept_in_the_ledger_and_the_manifes
     ledger = tmp_path / "out.jsonl"
 
     completed = subprocess.run(
-        [sys.executable, "-m", "rollout_assets.cli", "backfill", str(layout.rounds[0]), str(ledger),
-         "--opencode-db", str(layout.opencode_db), "--claude-projects", str(layout.claude_projects_dir)],
-        capture_output=True, text=True, encoding="utf-8", timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "rollout_assets.cli",
+            "backfill",
+            str(layout.rounds[0]),
+            str(ledger),
+            "--opencode-db",
+            str(layout.opencode_db),
+            "--claude-projects",
+            str(layout.claude_projects_dir),
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+        check=False,
     )
     result = materialize_round(instance, round_resources(layout, tmp_path / "ledgers"), SPEC.name)
 
@@ -1206,3 +1281,31 @@ def test_a_worker_cwd_with_a_lone_surrogate_is_a_labeled_gap(rnd: Round) -> None
     # No stored directory can equal it: the store decodes its text with replacement characters.
     assert torn["provenance"]["gap"] == gaps.no_opencode_session(first_cwd + TORN)
     assert torn["rollout_id"] != old_worker["rollout_id"]
+
+
+def test_claude_usage_whose_sum_overflows_a_double_is_null_and_the_round_is_written(tmp_path: Path) -> None:
+    out_dir = tmp_path / "round"
+    shots = out_dir / "proposer-shots"
+    shots.mkdir(parents=True)
+    (shots / "gen0-cand0-shot0.json").write_text('{"receipt": {}}', encoding="utf-8")
+    worktree = os.path.join(out_dir, "proposer-wt", "gen0-cand0")
+    folder = tmp_path / "claude" / claude_project_slug(worktree)
+    folder.mkdir(parents=True)
+    # Two turns of 1e308 output tokens each: their sum is Infinity, which JSON cannot write
+    # (JSON.stringify writes null), so the line's tokens_out is null, not a failed round.
+    (folder / "s.jsonl").write_text(
+        '{"type":"user","message":{"role":"user","content":"go"},"timestamp":"2025-01-01T10:00:00.000Z"}\n'
+        '{"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"a"}],'
+        '"usage":{"input_tokens":3,"output_tokens":1e308}},"timestamp":"2025-01-01T10:00:01.000Z"}\n'
+        '{"type":"assistant","message":{"id":"m2","role":"assistant","content":[{"type":"text","text":"b"}],'
+        '"usage":{"input_tokens":4,"output_tokens":1e308}},"timestamp":"2025-01-01T10:00:02.000Z"}\n',
+        encoding="utf-8",
+    )
+
+    (proposer,) = backfill(
+        out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "claude"
+    ).lines
+
+    assert proposer["messages"] != []
+    assert proposer["cost"]["tokens_out"] is None
+    assert proposer["cost"]["tokens_in"] == 7

@@ -74,6 +74,20 @@ def assistant_messages(tmp_path: Path, parts: list[dict[str, Any]]) -> list[dict
 # ---------------------------------------------------------------------------
 
 
+def test_a_store_whose_path_holds_a_byte_that_is_not_utf8_opens(tmp_path: Path) -> None:
+    folder = tmp_path / os.fsdecode(b"store-\xff")
+    folder.mkdir()
+    db = write_opencode_db(folder / "opencode.db", sessions=[session("s1", "/clones/w0")])
+
+    store = OpencodeStore.open(db)
+
+    assert store is not None
+    try:
+        assert [s.id for s in store.sessions_by_directory(["/clones/w0"])["/clones/w0"]] == ["s1"]
+    finally:
+        store.close()
+
+
 def test_a_missing_store_is_none(tmp_path: Path) -> None:
     assert OpencodeStore.open(tmp_path / "missing.db") is None
 
@@ -269,7 +283,9 @@ def test_more_than_500_directories_are_looked_up_in_batches(tmp_path: Path) -> N
 
 
 def test_an_indexed_store_looks_sessions_up_without_scanning_the_session_table(tmp_path: Path) -> None:
-    path = write_opencode_db(tmp_path / "opencode.db", sessions=[session("s1", CWD), session("s2", "/w/other")])
+    path = write_opencode_db(
+        tmp_path / "opencode.db", sessions=[session("s1", CWD), session("s2", "/w/other")]
+    )
 
     with open_store(path) as store:
         store.index_directories()  # a second call changes nothing
@@ -355,7 +371,11 @@ def test_infinite_and_nan_numbers_read_as_null(tmp_path: Path) -> None:
         tmp_path / "opencode.db",
         sessions=[
             session(
-                "s1", CWD, cost=float("inf"), tokens_input=float("-inf"), time_created=float("inf"),
+                "s1",
+                CWD,
+                cost=float("inf"),
+                tokens_input=float("-inf"),
+                time_created=float("inf"),
                 time_updated=float("nan"),
             )
         ],
@@ -364,7 +384,12 @@ def test_infinite_and_nan_numbers_read_as_null(tmp_path: Path) -> None:
     with open_store(path) as store:
         found = store.sessions_by_directory([CWD])[CWD][0]
 
-    assert (found.cost_usd, found.tokens_input, found.time_created, found.time_updated) == (None, None, None, None)
+    assert (found.cost_usd, found.tokens_input, found.time_created, found.time_updated) == (
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def test_a_parent_id_or_agent_that_is_not_text_reads_as_null(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from rollout_assets.sources.jsonfiles import round_half_up
 from rollout_assets.sources.round import (
     RoundInputError,
     build_manifest,
@@ -61,7 +62,10 @@ def test_campaigns_come_baseline_first_then_generation_and_candidate_in_numeric_
 
 @pytest.mark.parametrize(
     ("first", "second"),
-    [(("gen-1", "candidate-0"), ("gen-01", "candidate-0")), (("gen-0", "candidate-2"), ("gen-0", "candidate-002"))],
+    [
+        (("gen-1", "candidate-0"), ("gen-01", "candidate-0")),
+        (("gen-0", "candidate-2"), ("gen-0", "candidate-002")),
+    ],
 )
 def test_two_folders_of_the_same_candidate_stop_the_round_naming_both(
     tmp_path: Path, first: tuple[str, str], second: tuple[str, str]
@@ -623,7 +627,9 @@ def test_a_relative_patch_path_is_no_artifact_path_whatever_the_working_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out_dir = round_dir(tmp_path)
-    write_cell(campaign_dir(out_dir, 0, 0), "c", cell("a__a-1", 0, artifact=artifact(patchPath="patches/a.patch")))
+    write_cell(
+        campaign_dir(out_dir, 0, 0), "c", cell("a__a-1", 0, artifact=artifact(patchPath="patches/a.patch"))
+    )
     monkeypatch.chdir(tmp_path)
     write_json(tmp_path / "patches" / "a.patch", "diff")
 
@@ -861,3 +867,121 @@ def test_json_nested_exactly_to_the_limit_is_read_and_one_level_more_is_refused(
     deep_object = '{"a":' * (MAX_NESTING + 1) + "1" + "}" * (MAX_NESTING + 1)
     with pytest.raises(NotJson, match="nested deeper"):
         parse_json(deep_object.encode() if as_bytes else deep_object)
+
+
+# ---------------------------------------------------------------------------
+# Entries the reader cannot examine: the round stops rather than drop them unseen
+# ---------------------------------------------------------------------------
+
+
+def test_a_cell_whose_cache_cannot_be_examined_stops_the_round_naming_it(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    baseline = campaign_dir(out_dir)
+    write_cell(baseline, "a", cell("a__a-1", 0))
+    (baseline / "b").mkdir()
+    # stat() of this cache fails with ENAMETOOLONG (even for root, unlike a folder without
+    # search permission): whether "b" is a cell cannot be told.
+    (baseline / "b" / "cached-result.json").symlink_to("x" * 300)
+
+    assert load_error(out_dir) == (
+        f"{baseline / 'b'}: cannot tell whether it holds a cached-result.json (File name too long)"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root searches any folder")
+def test_a_cell_folder_without_search_permission_stops_the_round_naming_it(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    baseline = campaign_dir(out_dir)
+    write_cell(baseline, "a", cell("a__a-1", 0))
+    write_cell(baseline, "b", cell("b__b-1", 0))
+    (baseline / "b").chmod(0o600)
+    try:
+        assert load_error(out_dir) == (
+            f"{baseline / 'b'}: cannot tell whether it holds a cached-result.json (Permission denied)"
+        )
+    finally:
+        (baseline / "b").chmod(0o700)
+
+
+def test_a_symlink_loop_or_a_plain_file_is_still_not_a_cell(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    baseline = campaign_dir(out_dir)
+    write_cell(baseline, "a", cell("a__a-1", 0))
+    (baseline / "loop").mkdir()
+    (baseline / "loop" / "cached-result.json").symlink_to("cached-result.json")
+    (baseline / "file").write_text("{}")
+
+    assert cell_keys(out_dir) == [("a__a-1", 0)]
+
+
+def test_a_receipts_folder_that_cannot_be_listed_stops_the_round_naming_it(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    (out_dir / "proposer-shots").symlink_to("y" * 300)
+
+    with pytest.raises(RoundInputError) as raised:
+        list_shot_receipts(out_dir)
+
+    assert str(raised.value) == f"{out_dir / 'proposer-shots'}: cannot list directory (File name too long)"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gen99999999999999999999-cand0-shot0.json",
+        "gen0-cand9223372036854775808-shot0.json",
+        "gen0-cand0-shot1" + "0" * 19 + ".json",
+    ],
+)
+def test_a_receipt_name_with_a_number_beyond_64_bits_stops_the_round_naming_it(
+    tmp_path: Path, name: str
+) -> None:
+    out_dir = round_dir(tmp_path)
+    write_json(out_dir / "proposer-shots" / name, {"receipt": {}})
+
+    with pytest.raises(RoundInputError) as raised:
+        list_shot_receipts(out_dir)
+
+    assert str(raised.value).startswith(f"{out_dir / 'proposer-shots' / name}: the number ")
+    assert str(raised.value).endswith(" in its name is too large (more than 64 bits)")
+
+
+def test_the_largest_64_bit_number_in_a_receipt_name_is_read(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    write_json(out_dir / "proposer-shots" / "gen9223372036854775807-cand0-shot0.json", {"receipt": {}})
+
+    assert [r.generation for r in list_shot_receipts(out_dir)] == [9223372036854775807]
+
+
+def test_a_campaign_folder_numbered_beyond_64_bits_stops_the_round_naming_it(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    candidate = out_dir / "improve-run" / ("gen-" + "9" * 20) / "candidate-0"
+    write_cell(candidate, "a", cell("a__a-1", 0, artifact=artifact(commit="c1")))
+
+    assert load_error(out_dir) == (
+        f"{candidate.parent}: the number {'9' * 20} in its name is too large (more than 64 bits)"
+    )
+
+
+def test_a_run_dir_holding_a_nul_names_no_file(tmp_path: Path) -> None:
+    run_dir = tmp_path / "arm"
+    write_json(run_dir / "result.json", {"workerCwds": ["/clones/w0"]})
+
+    assert read_supervisor_result(str(run_dir)) is not None
+    assert read_supervisor_result(f"{run_dir}\0") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "rounded"),
+    [
+        (2.5, 3),
+        (-2.5, -2),
+        (2.4999, 2),
+        (-0.5, 0),
+        # floor(x + 0.5) gets these wrong: the sum itself rounds (Math.round gives 0 and the value).
+        (0.49999999999999994, 0),
+        (4503599627370497.0, 4503599627370497),
+        (-4503599627370497.0, -4503599627370497),
+    ],
+)
+def test_round_half_up_is_javascripts_math_round(value: float, rounded: int) -> None:
+    assert round_half_up(value) == rounded

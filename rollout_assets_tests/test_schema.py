@@ -362,7 +362,11 @@ SCHEMA_CASES = {
 @pytest.mark.parametrize("case", list(SCHEMA_CASES))
 def test_the_json_schema_and_the_models_agree_on_a_line(case: str) -> None:
     expected, line = SCHEMA_CASES[case]
-    validator = jsonschema.Draft202012Validator(rollout_json_schema())
+    schema = rollout_json_schema()
+    # The schema names its draft, so a consumer's validator_for picks the same validator.
+    # (Without `$schema` the default given here would be picked.)
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)
+    assert isinstance(validator, jsonschema.Draft202012Validator)
 
     schema_errors = list(validator.iter_errors(line))
     try:

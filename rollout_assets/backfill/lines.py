@@ -17,6 +17,7 @@ from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_
 from rollout_assets.ledger import ROLLOUT_SCHEMA
 from rollout_assets.sources.claude import ClaudeTranscript
 from rollout_assets.sources.jsonfiles import (
+    finite_or_none,
     integer_or_none,
     is_number,
     is_record,
@@ -260,7 +261,9 @@ def worker_line(
     if messages:
         gap = None
     elif session is None:
-        gap = gaps.no_opencode_session(worker_cwd) if store_available else gaps.opencode_unavailable(worker_cwd)
+        gap = (
+            gaps.no_opencode_session(worker_cwd) if store_available else gaps.opencode_unavailable(worker_cwd)
+        )
     else:
         gap = gaps.opencode_session_empty(session.id)
     wall_s = None
@@ -390,11 +393,12 @@ def proposer_line(
         },
         cost={
             "usd": number_or_none(receipt_or_empty.get("costUsd")),
-            "tokens_in": transcript.usage.tokens_in if transcript is not None else None,
-            "tokens_out": transcript.usage.tokens_out if transcript is not None else None,
+            # Sums over the transcript's messages: ones that overflow a double are null.
+            "tokens_in": finite_or_none(transcript.usage.tokens_in) if transcript is not None else None,
+            "tokens_out": finite_or_none(transcript.usage.tokens_out) if transcript is not None else None,
             "tokens_reasoning": None,
-            "cache_read": transcript.usage.cache_read if transcript is not None else None,
-            "cache_write": transcript.usage.cache_write if transcript is not None else None,
+            "cache_read": finite_or_none(transcript.usage.cache_read) if transcript is not None else None,
+            "cache_write": finite_or_none(transcript.usage.cache_write) if transcript is not None else None,
             "wall_s": round_half_up(duration_ms / 1000) if is_number(duration_ms) else None,
         },
         artifacts={

@@ -332,7 +332,11 @@ def rollout_json_schema() -> dict[str, Any]:
     in two places: `captured_at` (`format: date-time`, which validators need not enforce; the
     models also require UTC), and integers, which JSON Schema lets be written `1.0`.
     """
-    schema = RolloutLine.model_json_schema(by_alias=True)
+    # The draft first, so a validator need not guess it (pydantic writes 2020-12 keywords).
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **RolloutLine.model_json_schema(by_alias=True),
+    }
     definitions = schema["$defs"]
     definitions["ChatMessage"]["if"] = {"properties": {"role": {"const": "tool"}}, "required": ["role"]}
     definitions["ChatMessage"]["then"] = {"required": ["tool_call_id"]}

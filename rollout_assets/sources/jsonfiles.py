@@ -118,7 +118,7 @@ def read_json_or_none(path: str | Path) -> Any:
     """The seed's `readJson`: the parsed value, or None when the file is missing, unreadable or not JSON."""
     try:
         raw = Path(path).read_bytes()
-    except (OSError, UnicodeEncodeError):  # the latter: a path no file name can hold (a lone surrogate)
+    except (OSError, ValueError):  # ValueError: a path no file name can hold (a lone surrogate, a NUL)
         return None
     try:
         return parse_json(raw)
@@ -184,5 +184,10 @@ def integer_or_none(value: Any) -> int | None:
 
 
 def round_half_up(value: float) -> int:
-    """JavaScript's Math.round: halves round towards +infinity (2.5 → 3, -2.5 → -2)."""
-    return math.floor(value + 0.5)
+    """JavaScript's Math.round: halves round towards +infinity (2.5 → 3, -2.5 → -2).
+
+    Not floor(value + 0.5): that sum rounds, so 0.49999999999999994 would give 1 and
+    4503599627370497.0 would give 4503599627370498. A double's distance to its floor is exact.
+    """
+    floor = math.floor(value)
+    return floor + 1 if value - floor >= 0.5 else floor

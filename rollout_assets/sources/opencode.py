@@ -90,7 +90,8 @@ class OpencodeStore:
         path = Path(path)
         if not path.is_file():
             return None
-        uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+        # Bytes: a path holding a byte that is not UTF-8 (surrogate-escaped) must reach SQLite as is.
+        uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
         try:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
         except sqlite3.Error:
@@ -141,8 +142,12 @@ class OpencodeStore:
         if self._directory_indexed:
             return
         try:
-            self._connection.execute("CREATE TEMP TABLE session_directory AS SELECT directory, id FROM session")
-            self._connection.execute("CREATE INDEX temp.session_directory_by_directory ON session_directory (directory)")
+            self._connection.execute(
+                "CREATE TEMP TABLE session_directory AS SELECT directory, id FROM session"
+            )
+            self._connection.execute(
+                "CREATE INDEX temp.session_directory_by_directory ON session_directory (directory)"
+            )
         except sqlite3.Error:
             return
         self._directory_indexed = True
@@ -328,7 +333,10 @@ def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": part["callID"],
         "type": "function",
-        "function": {"name": _tool_name(part), "arguments": to_json_text({} if arguments is None else arguments)},
+        "function": {
+            "name": _tool_name(part),
+            "arguments": to_json_text({} if arguments is None else arguments),
+        },
     }
 
 

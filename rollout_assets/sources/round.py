@@ -12,9 +12,11 @@ Nothing here writes anywhere.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
+import stat
 import zlib
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -366,6 +368,15 @@ class _CampaignTally:
         }
 
 
+def _number_in_name(digits: str, path: Path) -> int:
+    """A generation, candidate or shot number read from a folder or file name. Beyond 64 bits
+    it would not read back as the integer the line says (see integer_or_none)."""
+    number = integer_or_none(int(digits))
+    if number is None:
+        raise RoundInputError(f"{path}: the number {digits} in its name is too large (more than 64 bits)")
+    return number
+
+
 def _sorted_names(directory: Path) -> list[str]:
     try:
         with os.scandir(directory) as entries:
@@ -379,12 +390,29 @@ def _sub_directories(directory: Path) -> list[Path]:
 
 
 def _cell_names(campaign_dir: Path) -> list[str]:
-    # is_file() is False for anything that is not a readable regular file,
-    # including a symlink loop, so such a sub-directory is simply not a cell.
     # Plain string paths: at tens of thousands of cells, building two Path objects per cell
     # cost three times the stat calls themselves.
     folder = str(campaign_dir)
-    return [name for name in _sorted_names(campaign_dir) if os.path.isfile(os.path.join(folder, name, CELL_CACHE))]
+    return [name for name in _sorted_names(campaign_dir) if _holds_a_cell_cache(os.path.join(folder, name))]
+
+
+def _holds_a_cell_cache(entry: str) -> bool:
+    """Whether a campaign entry is a cell: a folder holding a regular `cached-result.json`.
+
+    A sub-directory without one is skipped (inputs.md), and so is a plain file or a symlink
+    loop. But an entry the process may not search is not known to lack one: skipping it would
+    drop a cell without a trace, so the round stops naming it.
+    """
+    try:
+        return stat.S_ISREG(os.stat(os.path.join(entry, CELL_CACHE)).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return False
+        raise RoundInputError(
+            f"{entry}: cannot tell whether it holds a {CELL_CACHE} ({error.strerror or error})"
+        ) from error
 
 
 def _read_campaign(
@@ -661,7 +689,13 @@ def discover_campaigns(out_dir: Path) -> list[tuple[int, int, Path]]:
             candidate_match = _CANDIDATE_DIR.match(candidate_dir.name)
             if candidate_match is None or not candidate_dir.is_dir():
                 continue
-            candidates.append((int(generation_match[1]), int(candidate_match[1]), candidate_dir))
+            candidates.append(
+                (
+                    _number_in_name(generation_match[1], generation_dir),
+                    _number_in_name(candidate_match[1], candidate_dir),
+                    candidate_dir,
+                )
+            )
     candidates.sort(key=lambda c: (c[0], c[1], c[2].name))
     # `gen-1` and `gen-01` name the same generation: two campaigns of one candidate would give
     # their lines the same rollout ids, and a shot could not say which one it proposed.
@@ -753,9 +787,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
                 cells=cells,
                 commit=commit,
                 diff_path=None if is_baseline else _candidate_diff_path(out_dir, commit),
-                shot_receipt_paths=[]
-                if is_baseline
-                else _receipts_of(receipts, generation, candidate_index),
+                shot_receipt_paths=[] if is_baseline else _receipts_of(receipts, generation, candidate_index),
                 reps=reps,
                 resolved_count=tally.resolved_count(reps, baseline_instances),
                 cells_cached=tally.cached,
@@ -794,7 +826,9 @@ def _candidate_diff_path(out_dir: Path, commit: str | None) -> str | None:
 def _receipts_of(receipts: list[ShotReceiptFile], generation: int, candidate_index: int) -> list[str]:
     """The candidate's receipts, by the numbers in their names, as its proposer lines join them:
     `gen00-cand0-shot0.json` is generation 0's (a prefix `gen0-cand0-` would miss it)."""
-    return sorted(r.path for r in receipts if (r.generation, r.candidate_index) == (generation, candidate_index))
+    return sorted(
+        r.path for r in receipts if (r.generation, r.candidate_index) == (generation, candidate_index)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -808,6 +842,8 @@ def run_dir_file(run_dir: str | None, name: str) -> str | None:
     backfill runs in, so the same round would give another ledger from another folder; its
     files are unknown instead (the cell then says its workers cannot be listed)."""
     if run_dir is None or not os.path.isabs(run_dir):
+        return None
+    if "\0" in run_dir:  # no file name can hold a NUL
         return None
     try:
         os.fsencode(run_dir)
@@ -883,7 +919,8 @@ def list_shot_receipts(out_dir: Path) -> list[ShotReceiptFile]:
     def collect(name: str, author: str | None, path: str) -> None:
         match = _SHOT_RECEIPT_NAME.match(name)
         if match is not None:
-            found.append(ShotReceiptFile(path, author, int(match[1]), int(match[2]), int(match[3])))
+            generation, index, shot = (_number_in_name(match[group], Path(path)) for group in (1, 2, 3))
+            found.append(ShotReceiptFile(path, author, generation, index, shot))
 
     for entry in _scan(shot_dir):
         # Like the seed's readdir(withFileTypes): a symlink is not followed, so a link
@@ -898,11 +935,15 @@ def list_shot_receipts(out_dir: Path) -> list[ShotReceiptFile]:
 
 
 def _scan(directory: Path) -> list[os.DirEntry[str]]:
+    """The entries of a receipts folder; none when it does not exist. A folder that exists but
+    cannot be listed stops the round (the seed read it as empty, dropping its shots unseen)."""
     try:
         with os.scandir(directory) as entries:
             return sorted(entries, key=lambda e: e.name)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as error:
+        raise RoundInputError(f"{directory}: cannot list directory ({error.strerror or error})") from error
 
 
 def _is_real_directory(entry: os.DirEntry[str]) -> bool:
