@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/system-deps.sh
-bash scripts/setup.sh
+bash scripts/setup.sh dev
 exec .venv/bin/python -m pytest "$@"
