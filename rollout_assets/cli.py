@@ -261,6 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback. A backfill's writer has already removed its
+        # temporary files on the way out, so OUT is as it was.
+        done = "; the ledger was not written, OUT is as it was" if args.command == "backfill" else ""
+        print(f"rollout-assets: interrupted{done}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

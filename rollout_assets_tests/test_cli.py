@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -418,6 +421,45 @@ def test_backfill_refuses_an_out_path_it_cannot_write_in_one_line(
     assert result.stdout == ""
     assert file_hashes(folder) == before
     assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == entries
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_backfill_exits_130_in_one_line_leaving_out_as_it_was(tmp_path: Path) -> None:
+    layout = write_demo(
+        tmp_path / "big",
+        rounds=[
+            RoundSpec(name="big", instances=60, reps=2, generations=2, candidates_per_generation=4, seed=3)
+        ],
+    )
+    ledger = existing_ledger(tmp_path)
+    lock = ledger.parent / f".{ledger.name}.lock"
+    command = [
+        sys.executable,
+        "-m",
+        "rollout_assets.cli",
+        *map(str, backfill_args(layout, layout.rounds[0], ledger)),
+    ]
+    # A session of its own, so the signal goes to the whole group as a terminal's Ctrl-C does.
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        while not lock.exists():
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.005)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines() == [
+        "rollout-assets: interrupted; the ledger was not written, OUT is as it was"
+    ]
+    assert stdout == ""
+    assert ledger.read_bytes() == OLD_LEDGER
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
 
 
 def test_backfill_checks_out_before_reading_the_round(demo: DemoLayout, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -87,3 +88,43 @@ def test_sigkill_while_writing_keeps_the_previous_ledger_and_the_next_run_comple
     assert ledger_line_count(ledger) == stats["lines"] == sum(stats["byRole"].values())
     assert sum(1 for _ in read_ledger_dicts(ledger)) == stats["lines"]
     assert stats["byRole"]["supervisor"] == 816
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child: files it (and its workers) write cannot grow past `limit` bytes. Writing
+    beyond fails with EFBIG ("File too large"), where a full disk fails with ENOSPC: a real
+    error of the kernel at the same calls. SIGXFSZ, which would kill the process, is ignored."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.mark.parametrize(
+    ("limit", "workers", "who"),
+    [
+        (256 * 1024, 2, "a worker writing its segment"),  # a unit's segment is about 1.6 MB
+        (4 * 1024 * 1024, 2, "the backfill appending segments to the ledger"),  # the ledger ~28 MB
+        (4 * 1024 * 1024, 1, "the backfill writing the lines itself"),
+    ],
+)
+def test_a_disk_that_fills_up_during_a_backfill_leaves_the_old_ledger_and_nothing_else(
+    big: DemoLayout, tmp_path: Path, limit: int, workers: int, who: str
+) -> None:
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir()
+    ledger = ledgers / "out.jsonl"
+    ledger.write_bytes(OLD_LEDGER)
+
+    result = subprocess.run(
+        backfill_command(big, ledger, "--workers", str(workers)),
+        preexec_fn=lambda: _file_size_limit(limit),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert result.returncode == 1, f"{who}: {result.stderr[-3000:]}"
+    assert result.stderr == f"rollout-assets: error: ledger {ledger} not written: [Errno 27] File too large\n"
+    assert result.stdout == ""
+    assert ledger.read_bytes() == OLD_LEDGER
+    assert sorted(os.listdir(ledgers)) == ["out.jsonl"]

@@ -1,7 +1,11 @@
 """The ledger file API on real files: atomic writes, byte-exact lines, loud reads."""
 
 import json
-from collections.abc import Iterator
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +264,57 @@ def test_exception_inside_writer_block_leaves_no_file_behind(tmp_path: Path) -> 
     assert folder_entries(tmp_path) == []
 
 
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """For a child process: files it writes cannot grow past `limit` bytes. Writing beyond
+    fails with EFBIG ("File too large"), where a full disk fails with ENOSPC: a real error
+    of the kernel at the same calls. SIGXFSZ, which would kill the process, is ignored."""
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return apply
+
+
+# Writes `count` records of about 1 KiB to the path given, in a child process.
+_WRITE_RECORDS = """
+import sys
+from rollout_assets.ledger import AtomicJsonlWriter
+with AtomicJsonlWriter(sys.argv[1]) as writer:
+    for index in range(int(sys.argv[2])):
+        writer.write({"index": index, "pad": "x" * 1000})
+"""
+
+
+@pytest.mark.parametrize(
+    ("count", "where"),
+    [
+        (200, "a write mid-stream"),  # the buffer is flushed, and fails, while lines are written
+        (5, "the final flush"),  # everything is still buffered when the writer commits
+    ],
+)
+def test_a_disk_that_fills_up_leaves_the_old_ledger_and_no_temp_or_lock_file(
+    tmp_path: Path, count: int, where: str
+) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    path.write_bytes(b'{"old": 1}\n')
+
+    result = subprocess.run(
+        [sys.executable, "-c", _WRITE_RECORDS, str(path), str(count)],
+        preexec_fn=file_size_limit(2048),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 1, f"{where}: {result.stderr}"
+    # The disk's error is the one reported, not a second one from cleaning up.
+    assert result.stderr.rstrip().splitlines()[-1] == "OSError: [Errno 27] File too large"
+    assert path.read_bytes() == b'{"old": 1}\n'
+    assert folder_entries(tmp_path) == ["rollouts.jsonl"]
+
+
 def test_write_outside_with_block_is_refused(tmp_path: Path) -> None:
     writer = LedgerWriter(tmp_path / "rollouts.jsonl")
 
@@ -370,3 +425,41 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path: P
     (tmp_path / ".rollouts.jsonl.deadbeefdeadbeef.tmp").write_bytes(b'{"half a li')
     write_ledger(path, [sample_line()])
     assert folder_entries(tmp_path) == ["rollouts.jsonl"]
+
+
+def test_segments_of_a_killed_parallel_write_are_removed_by_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    (tmp_path / ".rollouts.jsonl.segment-0badc0de-000003.tmp").write_bytes(b'{"half a li')
+    (tmp_path / ".rollouts.jsonl.segment-0badc0de-1000000.tmp").write_bytes(b'{"half a li')
+    write_ledger(path, [sample_line()])
+    assert folder_entries(tmp_path) == ["rollouts.jsonl"]
+
+
+def test_a_writer_leaves_the_files_of_a_concurrent_writer_of_a_longer_name_alone(tmp_path: Path) -> None:
+    # `.rollouts.jsonl.1.<token>.tmp` starts like a temp file of rollouts.jsonl, but is the
+    # file of a writer of rollouts.jsonl.1, which holds another lock and is still writing.
+    with LedgerWriter(tmp_path / "rollouts.jsonl.1") as longer:
+        longer.write(sample_line(rollout_id="longer-1"))
+        with LedgerWriter(tmp_path / "rollouts.jsonl") as shorter:
+            shorter.write(sample_line(rollout_id="shorter"))
+        longer.write(sample_line(rollout_id="longer-2"))
+
+    assert [line["rollout_id"] for line in read_ledger_dicts(tmp_path / "rollouts.jsonl.1")] == ["longer-1", "longer-2"]
+    assert [line["rollout_id"] for line in read_ledger_dicts(tmp_path / "rollouts.jsonl")] == ["shorter"]
+    assert folder_entries(tmp_path) == ["rollouts.jsonl", "rollouts.jsonl.1"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".rollouts.jsonl.1.deadbeefdeadbeef.tmp",  # a writer of rollouts.jsonl.1
+        ".rollouts.jsonl.segment-0badc0de-000003.deadbeefdeadbeef.tmp",  # of rollouts.jsonl.segment-…
+        ".rollouts.jsonl.segment-0badc0de.deadbeefdeadbeef.tmp",
+        ".rollouts.jsonl.deadbeef.tmp",  # no token of this writer's shape
+        ".rollouts.jsonl.summary.tmp",
+    ],
+)
+def test_temp_files_of_other_paths_are_not_taken_for_stale_ones(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_bytes(b"someone else's")
+    write_ledger(tmp_path / "rollouts.jsonl", [sample_line()])
+    assert (tmp_path / name).read_bytes() == b"someone else's"

@@ -15,19 +15,18 @@ import ctypes
 import gc
 import multiprocessing
 import os
-import secrets
 import signal
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
 from rollout_assets.backfill.join import cell_rows, episode_lines, line_context, proposer_lines
 from rollout_assets.backfill.lines import LineContext
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter
+from rollout_assets.ledger.io import segment_prefix
 from rollout_assets.sources.opencode import OpencodeStore, OpencodeStoreChanged
 from rollout_assets.sources.round import CampaignEntry, CellRecord, RoundManifest, build_manifest
 
@@ -67,7 +66,7 @@ _TASK: _Task | None = None
 def _run_unit(index: int, unit: Any) -> tuple[str, int, Tally]:
     """In a worker: write one unit's lines to its segment; return (segment, line count, counters)."""
     assert _TASK is not None, "worker started without a task (only the fork start method is supported)"
-    segment = f"{_TASK.segment_prefix}{index:06d}.tmp"
+    segment = _segment_path(_TASK.segment_prefix, index)
     stats = _TASK.new_tally()
     lines = 0
     with open(segment, "wb") as handle:
@@ -126,12 +125,16 @@ class StorePerProcess:
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _die_with_parent(parent: int) -> None:
-    """Pool initializer: the kernel kills a worker when its parent dies. A SIGKILLed backfill
-    would otherwise leave workers that go on writing segments, then wait forever on a queue."""
+def _init_worker(parent: int) -> None:
+    """Pool initializer. The kernel kills a worker when its parent dies: a SIGKILLed backfill
+    would otherwise leave workers that go on writing segments, then wait forever on a queue.
+    And a worker ignores Ctrl-C, which reaches every process of the group: the parent alone
+    stops the run (it cancels the queued units and removes the segments)."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the line above took effect
         os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while forking
 
 
 def default_workers() -> int:
@@ -166,9 +169,8 @@ def write_units(
     global _TASK
     # Segments sit beside the output, named like its temp files, so a killed run's leftovers
     # are removed by the next writer of that path.
-    # A token per run: no stray process of an earlier run can ever write one of these segments.
-    segment_prefix = f".{writer.path.name}.segment-{secrets.token_hex(4)}-"
-    _TASK = _Task(produce, writer.encode, str(writer.path.parent / segment_prefix), new_tally)
+    prefix = str(writer.path.parent / segment_prefix(writer.path))
+    _TASK = _Task(produce, writer.encode, prefix, new_tally)
     # Futures are dropped once their unit is appended: each holds its unit's counters.
     futures: deque[Future] = deque()
     try:
@@ -178,32 +180,42 @@ def write_units(
         with ProcessPoolExecutor(
             max_workers=workers,
             mp_context=multiprocessing.get_context("fork"),
-            initializer=_die_with_parent,
+            initializer=_init_worker,
             initargs=(os.getpid(),),
         ) as pool:
-            futures.extend(pool.submit(_run_unit, index, unit) for index, unit in enumerate(units))
-            for unit in units:
-                segment, lines, unit_stats = futures.popleft().result()
-                writer.append_file(segment, lines)
-                os.unlink(segment)
-                stats.merge(unit_stats)
-                if on_unit_done is not None:
-                    on_unit_done(unit)
+            try:
+                # The workers are forked by the first submit. Ctrl-C is held meanwhile: landing in
+                # a fork hook, Python would print it as ignored and the run would go on. It is
+                # raised here, in the parent, once they exist.
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    futures.extend(pool.submit(_run_unit, index, unit) for index, unit in enumerate(units))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                for unit in units:
+                    segment, lines, unit_stats = futures.popleft().result()
+                    writer.append_file(segment, lines)
+                    os.unlink(segment)
+                    stats.merge(unit_stats)
+                    if on_unit_done is not None:
+                        on_unit_done(unit)
+            except BaseException:
+                # Leaving the `with` block would first run every unit still queued: cancel them,
+                # so a failure surfaces now. Units a worker already took still finish here,
+                # before their segments are removed below.
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     finally:
         gc.unfreeze()
         _TASK = None
-        for future in futures:
-            future.cancel()
-        _remove_segments(writer.path)
+        for index in range(len(units)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_segment_path(prefix, index))
     return stats
 
 
-def _remove_segments(path: Path) -> None:
-    prefix = f".{path.name}.segment-"
-    for name in os.listdir(path.parent):
-        if name.startswith(prefix):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path.parent / name)
+def _segment_path(prefix: str, index: int) -> str:
+    return f"{prefix}{index:06d}.tmp"
 
 
 # ---------------------------------------------------------------------------
@@ -250,7 +262,9 @@ class _RoundProducer:
             yield from proposer_lines(self.manifest, self.context, self.claude_projects_dir)
             return
         store = self.stores.get()
-        yield from episode_lines(cell_rows(unit_manifest(self.manifest, unit), self.context), store, self.context)
+        yield from episode_lines(
+            cell_rows(unit_manifest(self.manifest, unit), self.context), store, self.context
+        )
 
     def close(self) -> None:
         self.stores.close()
@@ -301,6 +315,8 @@ def backfill_to_file(
 
     producer = _RoundProducer(manifest, context, stores, claude_projects_dir)
     with LedgerWriter(ledger_path) as writer:
-        stats = write_units(writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done)
+        stats = write_units(
+            writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done
+        )
     stats.opencode_db_available = stores.available
     return manifest, stats

@@ -8,12 +8,12 @@ of any size is counted without being held. One counter per failure mode, so a jo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from rollout_assets.backfill import gaps
 from rollout_assets.ledger.schema import Role
-from rollout_assets.sources.jsonfiles import finite_or_none
 
 # Per-role counters are written in this order (the order the seed first meets the roles in a
 # round: supervisors, their workers, then proposers), whatever order parts were counted in.
@@ -22,6 +22,38 @@ _ROLE_ORDER = {role: index for index, role in enumerate(get_args(Role))}
 
 def _by_role_order(counts: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(counts.items(), key=lambda item: _ROLE_ORDER.get(item[0], len(_ROLE_ORDER))))
+
+
+# Reward and cost sums are kept exact, as whole numbers of 2**-1074 (the smallest double):
+# every double, and every integer a line holds, is one. Float addition is not associative, so
+# summing a round's parts in another order (one process or several) could change a printed
+# mean; integer sums cannot. They are rounded to a double once, when written.
+_UNIT_BITS = 1074
+
+
+def _exact_units(value: float) -> int:
+    """`value` as a whole number of 2**-1074, exactly."""
+    numerator, denominator = value.as_integer_ratio()  # denominator: a power of two, <= 2**1074
+    return numerator << (_UNIT_BITS + 1 - denominator.bit_length())
+
+
+# A stored sum that was no finite number: far beyond a double (2**2098 units), so it stays
+# beyond one whatever a round adds to it.
+_BEYOND_A_DOUBLE = 1 << 4096
+
+
+def _double_or_none(units: int) -> float | None:
+    """An exact sum rounded once to a double; None when a double cannot hold it (JSON has no
+    Infinity; the seed's `JSON.stringify` writes null)."""
+    try:
+        return units / (1 << _UNIT_BITS)  # int / int is correctly rounded
+    except OverflowError:
+        return None
+
+
+def _rounded(total: float | None, digits: int, count: int = 1) -> float | None:
+    """`total / count` rounded to `digits` decimals; None for a sum beyond a double."""
+    return None if total is None else round(total / count, digits)
 
 
 @dataclass
@@ -45,11 +77,19 @@ class BackfillStats:
     cells_without_worker_list: int = 0
     by_gap_kind: dict[str, int] = field(default_factory=dict)
     # Per role: rewards labeled and their sum (mean reward = sum / labeled), and Σ cost.usd
-    # with how many lines recorded one (unrecorded cost is not 0).
+    # with how many lines recorded one (unrecorded cost is not 0). Sums are exact (`_exact_units`).
     reward_labeled_by_role: dict[str, int] = field(default_factory=dict)
-    reward_sum_by_role: dict[str, float] = field(default_factory=dict)
-    cost_usd_by_role: dict[str, float] = field(default_factory=dict)
+    reward_sum_by_role: dict[str, int] = field(default_factory=dict)
+    cost_usd_by_role: dict[str, int] = field(default_factory=dict)
     cost_recorded_by_role: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Counters stored by an earlier version hold the sums as doubles (NaN or infinite once
+        # they were beyond a double).
+        for sums in (self.reward_sum_by_role, self.cost_usd_by_role):
+            for role, value in sums.items():
+                if isinstance(value, float):
+                    sums[role] = _exact_units(value) if math.isfinite(value) else _BEYOND_A_DOUBLE
 
     def observe(self, line: dict[str, Any]) -> None:
         """Count one line of the ledger."""
@@ -65,10 +105,10 @@ class BackfillStats:
         if reward is not None:
             self.reward_labeled += 1
             self.reward_labeled_by_role[role] = self.reward_labeled_by_role.get(role, 0) + 1
-            self.reward_sum_by_role[role] = self.reward_sum_by_role.get(role, 0.0) + reward
+            self.reward_sum_by_role[role] = self.reward_sum_by_role.get(role, 0) + _exact_units(reward)
         usd = line["cost"]["usd"]
         if usd is not None:
-            self.cost_usd_by_role[role] = self.cost_usd_by_role.get(role, 0.0) + usd
+            self.cost_usd_by_role[role] = self.cost_usd_by_role.get(role, 0) + _exact_units(usd)
             self.cost_recorded_by_role[role] = self.cost_recorded_by_role.get(role, 0) + 1
         gap = line["provenance"].get("gap")
         kind = gaps.gap_kind(gap) if isinstance(gap, str) else None
@@ -139,14 +179,13 @@ class BackfillStats:
             "rewardByRole": {
                 role: {
                     "labeled": labeled,
-                    # Rounded so that summing in another order (parallel parts) gives the same text.
-                    "mean": finite_or_none(round(self.reward_sum_by_role[role] / labeled, 12)),
+                    "mean": _rounded(_double_or_none(self.reward_sum_by_role[role]), 12, labeled),
                 }
                 for role, labeled in _by_role_order(self.reward_labeled_by_role).items()
             },
             "costUsdByRole": {
-                role: {"usd": finite_or_none(round(usd, 6)), "linesWithCost": self.cost_recorded_by_role[role]}
-                for role, usd in _by_role_order(self.cost_usd_by_role).items()
+                role: {"usd": _rounded(_double_or_none(units), 6), "linesWithCost": self.cost_recorded_by_role[role]}
+                for role, units in _by_role_order(self.cost_usd_by_role).items()
             },
         }
 

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -136,11 +137,33 @@ def _release_lock(path: Path, descriptor: int) -> None:
     os.close(descriptor)  # closing the descriptor releases the lock
 
 
+def _temp_path(path: Path) -> Path:
+    """A new temp file name for a write of `path`: `.<basename>.<16 hex digits>.tmp`."""
+    return path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+
+
+def segment_prefix(path: Path) -> str:
+    """The start of the names of one run's segment files beside `path` (worker processes'
+    parts of it, backfill/parallel.py): each is `<prefix><6 or more digits>.tmp`. A token per
+    run, so no stray process of an earlier run can write one of this run's segments."""
+    return f".{path.name}.segment-{secrets.token_hex(4)}-"
+
+
+def _own_temp_name(path: Path) -> re.Pattern[str]:
+    """The names of the temp and segment files of writes of `path`, and of no other path.
+
+    A prefix is not enough: `.ledger.jsonl.` also starts the temp files of a concurrent writer
+    of `ledger.jsonl.1`, which holds another lock and must not lose its file. The token's exact
+    shape makes each name belong to one path only.
+    """
+    return re.compile(re.escape(f".{path.name}.") + r"(?:[0-9a-f]{16}|segment-[0-9a-f]{8}-[0-9]{6,})\.tmp")
+
+
 def _remove_stale_temp_files(path: Path) -> None:
     """Temp files of this path left by a killed writer (only called while holding the lock)."""
-    prefix = f".{path.name}."
+    own = _own_temp_name(path)
     for name in os.listdir(path.parent):
-        if name.startswith(prefix) and name.endswith(".tmp"):
+        if own.fullmatch(name):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path.parent / name)
 
@@ -148,7 +171,7 @@ def _remove_stale_temp_files(path: Path) -> None:
 class AtomicJsonlWriter:
     """Streams JSON records into a JSONL file that appears at `path` only once it is complete.
 
-    Lines go to `.<basename>.<random>.tmp` in the same folder (so the final rename stays on
+    Lines go to `.<basename>.<16 hex digits>.tmp` in the same folder (so the final rename stays on
     one filesystem and is atomic). A clean exit fsyncs the file, renames it onto `path`
     and fsyncs the folder; any exception deletes the temp file and leaves an existing
     ledger at `path` byte-identical. Readers never see a half-written ledger.
@@ -173,11 +196,12 @@ class AtomicJsonlWriter:
         self._lock = _acquire_lock(self.path)
         try:
             _remove_stale_temp_files(self.path)
-            temp_path = self.path.parent / f".{self.path.name}.{secrets.token_hex(8)}.tmp"
+            # Named before it exists: an interrupt (Ctrl-C) right after the file is created
+            # must still find it to delete.
+            self._temp_path = _temp_path(self.path)
             # O_EXCL: never share a temp file with a concurrent writer. Mode 0o666 under the
             # umask, so the ledger gets ordinary permissions (mkstemp would make it 0600).
-            descriptor = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            self._temp_path = temp_path
+            descriptor = os.open(self._temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             self._file = os.fdopen(descriptor, "wb")
         except BaseException:
             # __exit__ does not run when __enter__ raises: no temp or lock file may stay behind.
@@ -241,8 +265,10 @@ class AtomicJsonlWriter:
                 self._file.write(block)
                 copied += len(block)
         if copied != length:
-            raise ValueError(f"{getattr(source, 'name', source)}: {length} bytes expected from offset {offset}, "
-                             f"only {copied} there")
+            raise ValueError(
+                f"{getattr(source, 'name', source)}: {length} bytes expected from offset {offset}, "
+                f"only {copied} there"
+            )
         self.count += lines
 
     def __exit__(
@@ -281,13 +307,19 @@ class AtomicJsonlWriter:
             os.close(folder)
 
     def _discard(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self._temp_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self._temp_path.unlink()
-            self._temp_path = None
+        """Delete the temp file, whatever else fails: the lines in it are being thrown away."""
+        file, self._file = self._file, None
+        temp_path, self._temp_path = self._temp_path, None
+        try:
+            if temp_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    temp_path.unlink()
+        finally:
+            if file is not None:
+                # Closing flushes the buffer, which fails again on a full disk. The descriptor is
+                # closed anyway, and that error must not hide the one that made us discard.
+                with contextlib.suppress(OSError):
+                    file.close()
 
 
 class LedgerWriter(AtomicJsonlWriter):
