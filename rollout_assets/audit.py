@@ -12,6 +12,7 @@ taken in the same pass); each check's verdict is then a comparison of the two.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import json
@@ -20,9 +21,10 @@ import multiprocessing
 import os
 import re
 import sqlite3
+import stat
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,76 @@ _ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tangle.rollout.v1")
 
 
 _ID_PREFIX = _ID_NAMESPACE.bytes
+
+# rollout-v1.md: a line's reward_source, by role, when its reward is not null (null otherwise).
+_REWARD_SOURCES = {
+    "supervisor": _OFFICIAL_JUDGE,
+    "worker": f"{_OFFICIAL_JUDGE}/inherited",
+    "proposer": f"{_OFFICIAL_JUDGE}/candidate-resolved-fraction",
+}
+
+# The gap wordings (rollout-v1.md, and README's deliberate differences from the seed), written
+# out here rather than taken from the writer, so that a changed wording fails the checks.
+_SUPERVISOR_GAP = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
+_SUPERVISOR_GAP_LIST_MISSING = (
+    _SUPERVISOR_GAP + "; result.json missing: this cell's worker sessions cannot be listed"
+)
+_SUPERVISOR_GAP_UNLISTED = (
+    _SUPERVISOR_GAP
+    + "; result.json reports spawned workers but lists no worker cwds: this cell's worker sessions cannot be listed"
+)
+
+
+def _store_unavailable_gap(cwd: str) -> str:
+    return f"opencode store unavailable; worker cwd {cwd} unrecoverable"
+
+
+def _no_session_gap(cwd: str) -> str:
+    return f"no opencode session found for worker cwd {cwd}"
+
+
+def _empty_session_gap(session_id: str) -> str:
+    return f"opencode session {session_id} has no readable message parts"
+
+
+def _no_transcript_gap(worktree: str) -> str:
+    return f"no claude transcript matched worktree {worktree} in the shot's time window"
+
+
+_EMPTY_TRANSCRIPT_GAP = re.compile(
+    r"claude transcript (.*) matched the shot's time window but holds no conversation messages\Z", re.DOTALL
+)
+
+# Gap kinds as the stats' `byGapReason` names them, each recognised by its whole wording.
+_GAP_KINDS = (
+    (
+        "opencode_store_unavailable",
+        re.compile(r"opencode store unavailable; worker cwd .* unrecoverable\Z", re.DOTALL),
+    ),
+    ("no_opencode_session", re.compile(r"no opencode session found for worker cwd ")),
+    ("opencode_session_empty", re.compile(r"opencode session .* has no readable message parts\Z", re.DOTALL)),
+    (
+        "no_claude_transcript",
+        re.compile(r"no claude transcript matched worktree .* in the shot's time window\Z", re.DOTALL),
+    ),
+    ("claude_transcript_empty", _EMPTY_TRANSCRIPT_GAP),
+)
+_SUPERVISOR_GAP_KINDS = {
+    _SUPERVISOR_GAP: "supervisor_transcript_not_persisted",
+    _SUPERVISOR_GAP_LIST_MISSING: "supervisor_worker_list_missing",
+    _SUPERVISOR_GAP_UNLISTED: "supervisor_worker_list_missing",
+}
+
+
+def _gap_kind(gap: str) -> str:
+    """The kind of a gap, by its wording; `other` for a wording no line of a round carries."""
+    kind = _SUPERVISOR_GAP_KINDS.get(gap)
+    if kind is not None:
+        return kind
+    for kind, wording in _GAP_KINDS:
+        if wording.match(gap):
+            return kind
+    return "other"
 
 
 def _rollout_id(name: str) -> str:
@@ -122,6 +194,47 @@ def _input_json(raw: bytes) -> Any:
     return value
 
 
+class _NotALedgerLine(ValueError):
+    """Bytes that are no `tangle.rollout.v1` line whatever their JSON: not UTF-8, not ended by
+    a single `\\n`, or holding a number no double can hold."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotALedgerLine(f"the number {text[:40]} overflows a double")
+    return value
+
+
+def _int_or_finite_float(text: str) -> int | float:
+    value = int(text)
+    return value if -(2**63) <= value < 2**64 else _finite_float(text)
+
+
+def _ledger_json(raw: bytes) -> Any:
+    """One ledger line, read strictly (rollout-v1.md: UTF-8, `\\n` after every line): unlike the
+    inputs, nothing is repaired. Invalid UTF-8, a line without its `\\n` (a ledger cut short),
+    a `\\r\\n` end, NaN/Infinity and a number beyond a double (`1e400`, which JavaScript reads
+    as Infinity) are refused. Past the line end, orjson refuses all of these itself; the
+    standard module reads only what orjson refuses although the ledger writer writes it: the
+    escape of a lone UTF-16 surrogate."""
+    if not raw.endswith(b"\n"):
+        raise _NotALedgerLine("no \\n at the end of the line: the ledger ends mid-line")
+    if raw.endswith(b"\r\n"):
+        raise _NotALedgerLine("the line ends with \\r\\n, not \\n")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _NotALedgerLine(f"not UTF-8 ({error})") from None
+    return json.loads(
+        text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_int_or_finite_float
+    )
+
+
 class MalformedLedgerLine(ValueError):
     """A ledger line the audits cannot read: not JSON, or a field missing or mistyped."""
 
@@ -143,7 +256,9 @@ class _Line:
 
 def _unreadable(error: MalformedLedgerLine) -> AuditResult:
     """A ledger that cannot be read proves nothing: the audit fails and says where."""
-    return AuditResult(passed=False, expected=0, seen=0, missing=0, sample=[str(error)], details={"unreadable_lines": 1})
+    return AuditResult(
+        passed=False, expected=0, seen=0, missing=0, sample=[str(error)], details={"unreadable_lines": 1}
+    )
 
 
 def _sample(items: Iterable[Any]) -> list[str]:
@@ -154,15 +269,20 @@ def _compare(expected: Counter[Any], seen: Counter[Any], *, at_least_once: bool 
     """Multiset comparison: missing, duplicated (unless at_least_once) and unexpected keys."""
     missing = sorted((expected - seen).elements()) if not at_least_once else sorted(set(expected) - set(seen))
     # More often than expected (a session of a cwd two cells list is expected twice).
-    duplicated = [] if at_least_once else sorted(key for key, count in seen.items() if 0 < expected[key] < count)
+    duplicated = (
+        [] if at_least_once else sorted(key for key, count in seen.items() if 0 < expected[key] < count)
+    )
     unexpected = sorted(set(seen) - set(expected))
     return AuditResult(
         passed=not missing and not duplicated and not unexpected,
         expected=sum(expected.values()) if not at_least_once else len(expected),
         seen=sum(seen.values()) if not at_least_once else len(set(seen) & set(expected)),
         missing=len(missing),
-        sample=_sample([f"missing {key}" for key in missing] + [f"duplicated {key}" for key in duplicated]
-                       + [f"unexpected {key}" for key in unexpected]),
+        sample=_sample(
+            [f"missing {key}" for key in missing]
+            + [f"duplicated {key}" for key in duplicated]
+            + [f"unexpected {key}" for key in unexpected]
+        ),
         details={"duplicated": len(duplicated), "unexpected": len(unexpected)},
     )
 
@@ -198,11 +318,25 @@ def _cell_reward(record: dict[str, Any]) -> int | float | None:
     return (1 if resolved else 0) if isinstance(resolved, bool) else None
 
 
+class UnreadableRound(RuntimeError):
+    """A folder of the round the audit cannot look into: what it holds is unknown, so nothing
+    can be proved about it (the round's readers stop on it too)."""
+
+
+def _absent(error: OSError) -> bool:
+    """An error that means "nothing there": no such entry, not a folder, or a symlink loop."""
+    return isinstance(error, (FileNotFoundError, NotADirectoryError)) or error.errno == errno.ELOOP
+
+
 def _listdir(folder: Path) -> list[str]:
+    """The sorted names in `folder`; none when there is no such folder. A folder that exists but
+    cannot be listed (permission, I/O) is refused: its cells or receipts would go unseen."""
     try:
         return sorted(os.listdir(folder))
-    except OSError:
-        return []
+    except OSError as error:
+        if _absent(error):
+            return []
+        raise UnreadableRound(f"{folder}: cannot list the folder ({error.strerror or error})") from error
 
 
 def _campaign_dirs(out_dir: Path) -> list[tuple[str, Path]]:
@@ -219,15 +353,25 @@ def _campaign_dirs(out_dir: Path) -> list[tuple[str, Path]]:
             if c is not None:
                 candidates.append(((int(g[1]), int(c[1])), improve / generation / candidate))
     candidates.sort(key=lambda item: item[0])
-    return [("baseline", improve / "baseline")] + [(f"gen{g}-cand{i}", folder) for (g, i), folder in candidates]
+    return [("baseline", improve / "baseline")] + [
+        (f"gen{g}-cand{i}", folder) for (g, i), folder in candidates
+    ]
 
 
 def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iterator[_Cell]:
     """The cells among `names`, the listing of `campaign` (empty when it is no directory)."""
     for name in names:
         cache = campaign / name / "cached-result.json"
-        if not cache.is_file():
-            continue
+        # A folder the process may not search is not known to hold no cell: refused, never skipped.
+        try:
+            if not stat.S_ISREG(os.stat(cache).st_mode):
+                continue
+        except OSError as error:
+            if _absent(error):
+                continue
+            raise UnreadableRound(
+                f"{campaign / name}: cannot tell whether it holds a cached-result.json ({error.strerror or error})"
+            ) from error
         record = _input_json(cache.read_bytes())
         artifact = record.get("artifact")
         run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
@@ -262,10 +406,14 @@ class ExpectedLine(NamedTuple):
 
     rollout_id: str
     reward: Any  # what its reward must be
-    coordinates: tuple[Any, ...]  # what its (candidate_id, generation, candidate_index, instance_id, rep) must be
+    coordinates: tuple[
+        Any, ...
+    ]  # what its (candidate_id, generation, candidate_index, instance_id, rep) must be
     # The invocation, for a failing check's sample: (kind, *names), worded only when one is
     # shown (a string per line would hold tens of MB for a large round).
     parts: tuple[Any, ...]
+    parent: str | None  # what its parent_rollout_id must be
+    gap: Any  # what its gap may be: see _gap_problem
 
     @property
     def what(self) -> str:
@@ -283,7 +431,9 @@ class InputsRecount:
 
     cells: Counter[tuple[str, str, int]]  # (candidate, scenario, rep): one supervisor line each
     worker_cwds: set[str]  # every worker cwd some result.json lists
-    cells_without_worker_list: list[str]  # cells whose workers ran but cannot be listed (see _recount_campaign)
+    cells_without_worker_list: list[
+        str
+    ]  # cells whose workers ran but cannot be listed (see _recount_campaign)
     receipts: Counter[tuple[str, int]]  # (instance_id, shot): one proposer line each
     store_readable: bool
     session_ids: list[str]  # the opencode sessions of those cwds
@@ -292,24 +442,31 @@ class InputsRecount:
     expected: list[ExpectedLine] | None = None
 
 
-def _decode_text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")  # as the join reads the store's text
-
-
 def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, dict[str, list[str]]]:
     """(store readable, the session ids of each of `directories`, oldest first), by this
     module's own SQL. Readable as inputs.md §4 has it: the file opens as a database with a
     `session` table (`id`, `directory`), a `message` and a `part` table, and its first read,
-    the whole session table, succeeds."""
+    the whole session table, succeeds.
+
+    A session belongs to a cwd when its `directory` equals the cwd as SQLite compares the
+    join's bound text: TEXT whose bytes are the cwd's UTF-8 bytes. Stored bytes that are not
+    UTF-8 equal no cwd, even one whose replacement characters they would decode to; a cwd with
+    a lone surrogate (an escape in result.json) has no UTF-8 form and equals no directory; a
+    BLOB directory or id is no TEXT. The ids are decoded as the join decodes them.
+    """
     if not opencode_db.is_file() or not directories:
         return opencode_db.is_file(), {}
     try:
-        connection = sqlite3.connect(f"file:{quote(str(opencode_db.resolve()))}?mode=ro", uri=True)
+        # Bytes: a path holding a byte that is not UTF-8 (surrogate-escaped) reaches SQLite as is.
+        uri = f"file:{quote(os.fsencode(opencode_db.resolve()))}?mode=ro"
+        connection = sqlite3.connect(uri, uri=True)
     except sqlite3.Error:
         return False, {}
-    connection.text_factory = _decode_text
+    connection.text_factory = bytes
     try:
-        columns = {row[1] for row in connection.execute("PRAGMA table_info(session)")}
+        columns = {
+            row[1].decode("utf-8", "replace") for row in connection.execute("PRAGMA table_info(session)")
+        }
         if not {"id", "directory"} <= columns:
             return False, {}
         connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
@@ -317,10 +474,19 @@ def _opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, 
         # One pass over the table: `directory` has no index, so a query per batch of directories
         # would scan it once per batch, a cost growing with the square of the round.
         order = "time_created, id" if "time_created" in columns else "id"
+        wanted = {}
+        for directory in directories:
+            try:
+                wanted[directory.encode("utf-8")] = directory
+            except UnicodeEncodeError:
+                continue
         sessions: dict[str, list[str]] = {}
-        for session_id, directory in connection.execute(f"SELECT id, directory FROM session ORDER BY {order}"):
-            if isinstance(session_id, str) and directory in directories:
-                sessions.setdefault(directory, []).append(session_id)
+        for session_id, directory in connection.execute(
+            f"SELECT id, directory FROM session WHERE typeof(id) = 'text' AND typeof(directory) = 'text' ORDER BY {order}"
+        ):
+            cwd = wanted.get(directory)
+            if cwd is not None:
+                sessions.setdefault(cwd, []).append(session_id.decode("utf-8", "replace"))
         return True, sessions
     except sqlite3.Error:
         return False, {}
@@ -343,7 +509,9 @@ def _receipts(out_dir: Path) -> Iterator[_Receipt]:
                 match = _RECEIPT.match(inner)
                 if match:
                     candidate = f"gen{int(match[1])}-cand{int(match[2])}"
-                    yield _Receipt((f"{candidate}-{name}", int(match[3])), f"proposer-shots/{name}/{inner}", candidate)
+                    yield _Receipt(
+                        (f"{candidate}-{name}", int(match[3])), f"proposer-shots/{name}/{inner}", candidate
+                    )
         else:
             match = _RECEIPT.match(name)
             if match:
@@ -356,8 +524,8 @@ class _CellsRecount:
     """What the cells of one or more campaigns say (merged in campaign order)."""
 
     without_list: list[str] = field(default_factory=list)
-    # (cell, its distinct worker cwds in first-listed order), in ledger order
-    in_order: list[tuple[_Cell, tuple[str, ...]]] = field(default_factory=list)
+    # (cell, its distinct worker cwds in first-listed order, its supervisor's gap), in ledger order
+    in_order: list[tuple[_Cell, tuple[str, ...], str]] = field(default_factory=list)
     campaigns: list[str] = field(default_factory=list)  # the candidate ids of the campaign folders
 
     def merge(self, later: _CellsRecount) -> None:
@@ -372,14 +540,24 @@ def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _C
         result = _result_json(cell.run_dir)
         recovered = result.get("recoveredSpend") if result is not None else None
         listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
-        cwds = tuple(dict.fromkeys(cwd for cwd in listed if isinstance(cwd, str))) if isinstance(listed, list) else ()
-        recount.in_order.append((cell, cwds))
+        cwds = (
+            tuple(dict.fromkeys(cwd for cwd in listed if isinstance(cwd, str)))
+            if isinstance(listed, list)
+            else ()
+        )
         # Workers that ran but cannot be listed: no readable result.json, or one that counts
-        # spawned workers without naming their cwds.
+        # spawned workers without naming their cwds. The supervisor's gap says which.
         reported = result is not None and any(
             _is_number(result.get(key)) and result[key] > 0 for key in ("spawned", "workers")
         )
-        if (cell.run_dir is not None and result is None) or (reported and not isinstance(listed, list)):
+        if cell.run_dir is not None and result is None:
+            gap = _SUPERVISOR_GAP_LIST_MISSING
+        elif reported and not isinstance(listed, list):
+            gap = _SUPERVISOR_GAP_UNLISTED
+        else:
+            gap = _SUPERVISOR_GAP
+        recount.in_order.append((cell, cwds, gap))
+        if gap is not _SUPERVISOR_GAP:
             recount.without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
     # A campaign's cells come in (scenario, rep) order in the ledger, whatever their folder names.
     recount.in_order.sort(key=lambda item: (item[0].scenario_id, item[0].rep))
@@ -394,7 +572,9 @@ def _recount_cells(out_dir: Path, workers: int | None) -> _CellsRecount:
     """The cells of every campaign, one campaign per task; on every core for a large round
     (reading two small JSON files per cell dominates the checks' recount of the inputs)."""
     # Each campaign listed once: the listing both sizes the round and names its cells.
-    campaigns = [(candidate_id, campaign, _listdir(campaign)) for candidate_id, campaign in _campaign_dirs(out_dir)]
+    campaigns = [
+        (candidate_id, campaign, _listdir(campaign)) for candidate_id, campaign in _campaign_dirs(out_dir)
+    ]
     workers = min(workers or len(os.sched_getaffinity(0)), len(campaigns))
     total = sum(len(names) for _, _, names in campaigns)
     recount = _CellsRecount()
@@ -408,26 +588,39 @@ def _recount_cells(out_dir: Path, workers: int | None) -> _CellsRecount:
     return recount
 
 
-def recount_inputs(out_dir: Path, opencode_db: Path | None, workers: int | None = None) -> InputsRecount:
+def recount_inputs(
+    out_dir: Path,
+    opencode_db: Path | None,
+    workers: int | None = None,
+    *,
+    claude_projects: Path | None = None,
+) -> InputsRecount:
     """One walk of the cells (and their result.json), the receipts, and one SQL pass over the
-    store (skipped when `opencode_db` is None)."""
+    store (skipped when `opencode_db` is None); with `claude_projects`, the names of the
+    transcript files each proposer worktree could be joined to (no file is read)."""
     cells = _recount_cells(out_dir, workers)
-    worker_cwds = {cwd for _, cwds in cells.in_order for cwd in cwds}
+    worker_cwds = {cwd for _, cwds, _ in cells.in_order for cwd in cwds}
     store_readable, sessions = (
         _opencode_sessions(opencode_db, worker_cwds) if opencode_db is not None else (False, {})
     )
     receipts = list(_receipts(out_dir))
     run_id = _run_id(out_dir)
     return InputsRecount(
-        cells=Counter((cell.candidate_id, cell.scenario_id, cell.rep) for cell, _ in cells.in_order),
+        cells=Counter((cell.candidate_id, cell.scenario_id, cell.rep) for cell, _, _ in cells.in_order),
         worker_cwds=worker_cwds,
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store_readable,
         # once per cell listing the session's cwd: two cells listing one cwd both get its lines
-        session_ids=[session for _, cwds in cells.in_order for cwd in cwds for session in sessions.get(cwd, [])],
+        session_ids=[
+            session for _, cwds, _ in cells.in_order for cwd in cwds for session in sessions.get(cwd, [])
+        ],
         run_id=run_id,
-        expected=None if opencode_db is None else _expected_lines(run_id, cells, sessions, receipts),
+        expected=None
+        if opencode_db is None
+        else _expected_lines(
+            run_id, cells, (store_readable, sessions), _proposer_worktrees(out_dir, receipts, claude_projects)
+        ),
     )
 
 
@@ -435,7 +628,7 @@ def _resolved_fractions(cells: _CellsRecount) -> dict[str, int | float | None]:
     """A candidate's proposer reward (rollout-v1.md): of the baseline's instances, the share
     whose every replicate (max rep + 1 of the campaign) resolved; null without baseline cells."""
     by_campaign: dict[str, list[_Cell]] = {}
-    for cell, _ in cells.in_order:
+    for cell, _, _ in cells.in_order:
         by_campaign.setdefault(cell.candidate_id, []).append(cell)
     instances = {cell.scenario_id for cell in by_campaign.get("baseline", [])}
     fractions: dict[str, int | float | None] = {}
@@ -446,7 +639,9 @@ def _resolved_fractions(cells: _CellsRecount) -> dict[str, int | float | None]:
         for cell in campaign:
             replicates.setdefault(cell.scenario_id, []).append(cell.resolved)
         resolved = sum(
-            1 for instance, flags in replicates.items() if instance in instances and len(flags) == reps and all(flags)
+            1
+            for instance, flags in replicates.items()
+            if instance in instances and len(flags) == reps and all(flags)
         )
         fractions[candidate_id] = resolved / len(instances) if instances else None
     return fractions
@@ -462,31 +657,148 @@ def _run_id(out_dir: Path) -> str:
     return run_id if isinstance(run_id, str) and run_id else os.path.abspath(out_dir)
 
 
+# What a line's gap may be, beside an exact gap (a supervisor's), as `ExpectedLine.gap`:
+_STORE_UNAVAILABLE = 1  # a worker cwd, the store unreadable: its "store unavailable" gap
+_NO_SESSION = 2  # a worker cwd without a session in a readable store: its "no session" gap
+_SESSION = 3  # a session: its transcript, or its "no readable message parts" gap (parts are not read here)
+_NO_TRANSCRIPT = 4  # a shot whose worktree has no transcript file: its "no transcript matched" gap
+_TRANSCRIPT = 5  # a shot with transcript files (not read here): joined, or either proposer gap
+
+
+class _ProposerWorktree(NamedTuple):
+    receipt: _Receipt
+    worktree: str  # the shot's worktree path, as its gap names it (inputs.md §3)
+    transcripts: tuple[str, ...] | None  # its candidate transcript files; None when not looked up
+
+
+def _claude_folder_name(cwd: str) -> str:
+    """inputs.md §5: every character of `cwd` outside [A-Za-z0-9-] becomes `-`; one outside the
+    Basic Multilingual Plane becomes two, as JavaScript's UTF-16 string has two units there."""
+    return "".join(ch if ch in _FOLDER_NAME_KEPT else ("--" if ord(ch) > 0xFFFF else "-") for ch in cwd)
+
+
+_FOLDER_NAME_KEPT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _proposer_worktrees(
+    out_dir: Path, receipts: list[_Receipt], claude_projects: Path | None
+) -> list[_ProposerWorktree]:
+    """Each receipt, by path, with its worktree and the `.jsonl` files of that worktree's Claude
+    project folders (its path under the absolute outDir, and under the outDir's real path)."""
+    absolute = os.path.abspath(out_dir)
+    real = os.path.realpath(absolute)
+    projects = os.path.abspath(claude_projects) if claude_projects is not None else None
+    found = []
+    for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
+        worktree = os.path.join(absolute, "proposer-wt", receipt.key[0])
+        transcripts: tuple[str, ...] | None = None
+        if projects is not None:
+            folders = dict.fromkeys(
+                os.path.join(projects, _claude_folder_name(os.path.join(base, "proposer-wt", receipt.key[0])))
+                for base in (absolute, real)
+            )
+            transcripts = tuple(
+                os.path.join(folder, name)
+                for folder in folders
+                for name in _listdir_or_nothing(folder)
+                if name.endswith(".jsonl")
+            )
+        found.append(_ProposerWorktree(receipt, worktree, transcripts))
+    return found
+
+
+def _listdir_or_nothing(folder: str) -> list[str]:
+    """A transcript folder that cannot be listed holds no transcript for the join either."""
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
 def _expected_lines(
-    run_id: str, cells: _CellsRecount, sessions: dict[str, list[str]], receipts: list[_Receipt]
+    run_id: str,
+    cells: _CellsRecount,
+    store: tuple[bool, dict[str, list[str]]],
+    worktrees: list[_ProposerWorktree],
 ) -> list[ExpectedLine]:
     """Every line of the round, in ledger order, named by its id (rollout-v1.md, Ids): each
     cell's supervisor, then one worker line per session of each of its cwds (one gap line for
-    a cwd without a session), cell after cell; then one proposer line per receipt, by path."""
+    a cwd without a session), cell after cell; then one proposer line per receipt, by path.
+    Each with its parent and what its gap may be."""
+    store_readable, sessions = store
     lines = []
-    for cell, cwds in cells.in_order:
+    for cell, cwds, supervisor_gap in cells.in_order:
         supervisor = _rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         # A worker line carries its supervisor's candidate and task.
-        coordinates = (cell.candidate_id, *_generation_and_index(cell.candidate_id), cell.scenario_id, cell.rep)
+        coordinates = (
+            cell.candidate_id,
+            *_generation_and_index(cell.candidate_id),
+            cell.scenario_id,
+            cell.rep,
+        )
         names = (cell.candidate_id, cell.scenario_id, cell.rep)
-        lines.append(ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names)))
+        lines.append(
+            ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
+        )
         for cwd in cwds:
-            for session in sessions.get(cwd) or ["-"]:
+            found = sessions.get(cwd)
+            gap = _SESSION if found else _NO_SESSION if store_readable else _STORE_UNAVAILABLE
+            for session in found or ["-"]:
                 worker = _rollout_id(f"{supervisor}|{cwd}|{session}")
-                lines.append(ExpectedLine(worker, cell.reward, coordinates, ("worker", cwd, session, *names)))
+                lines.append(
+                    ExpectedLine(
+                        worker, cell.reward, coordinates, ("worker", cwd, session, *names), supervisor, gap
+                    )
+                )
     fractions = _resolved_fractions(cells)
-    for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
+    for receipt, worktree, transcripts in worktrees:
         proposer = _rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
         coordinates = (receipt.candidate_id, *_generation_and_index(receipt.candidate_id), *receipt.key)
+        parts = ("proposer", receipt.relative_path, worktree, transcripts)
+        gap = _NO_TRANSCRIPT if transcripts == () else _TRANSCRIPT
         lines.append(
-            ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, ("proposer", receipt.relative_path))
+            ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, parts, None, gap)
         )
     return lines
+
+
+def _gap_problem(seen: SeenLine, expected: ExpectedLine) -> str | None:
+    """What is wrong with a line's transcript or gap, given what the inputs say of it; None
+    when nothing is. A line must carry a transcript or say why not, in the gap the inputs
+    give it; one the inputs leave open (a session or a shot's transcripts, neither read here)
+    may carry its transcript or one of the gaps that can explain its absence."""
+    rule, names = expected.gap, expected.parts[1:]
+    if isinstance(rule, str):  # a supervisor's: always a gap line
+        required = rule
+    elif rule == _STORE_UNAVAILABLE:
+        required = _store_unavailable_gap(names[0])
+    elif rule == _NO_SESSION:
+        required = _no_session_gap(names[0])
+    elif rule == _NO_TRANSCRIPT:
+        required = _no_transcript_gap(names[1])
+    else:
+        if seen.has_messages:
+            return None if seen.gap is None else f"gap {seen.gap!r} beside its transcript"
+        if rule == _SESSION:
+            allowed = [_empty_session_gap(names[1])]
+            if seen.gap in allowed:
+                return None
+        else:
+            allowed = [
+                _no_transcript_gap(names[1]),
+                "claude transcript <one of its worktree's transcript files> ...",
+            ]
+            empty = _EMPTY_TRANSCRIPT_GAP.match(seen.gap or "")
+            if seen.gap == allowed[0] or (empty is not None and (names[2] is None or empty[1] in names[2])):
+                return None
+        return f"gap {seen.gap!r}, but the inputs allow {expected.what} only its transcript or {allowed!r}"
+    if seen.has_messages:
+        return f"a transcript, but the inputs give {expected.what} none: its gap must be {required!r}"
+    return (
+        None
+        if seen.gap == required
+        else f"gap {seen.gap!r}, but the inputs give {expected.what} the gap {required!r}"
+    )
 
 
 def _generation_and_index(candidate_id: str) -> tuple[int, int]:
@@ -505,6 +817,19 @@ def _generation_and_index(candidate_id: str) -> tuple[int, int]:
 _COUNTING_AUDITS = ("supervisors", "workers", "proposers", "stats")
 
 
+class SeenLine(NamedTuple):
+    """What the order check compares of one valid ledger line."""
+
+    lineno: int
+    rollout_id: str
+    reward: Any
+    coordinates: tuple[Any, ...]  # (candidate_id, generation, candidate_index, instance_id, rep)
+    parent: str | None
+    role: str
+    gap: str | None
+    has_messages: bool
+
+
 @dataclass
 class LedgerRecount:
     """One pass over a ledger: what each audit counts, and what is wrong with its lines."""
@@ -520,6 +845,7 @@ class LedgerRecount:
     full_transcripts: int = 0
     gap_lines: int = 0
     reward_labeled: int = 0
+    gap_kinds: Counter[str] = field(default_factory=Counter)  # gap lines by the kind of their gap
     # audit name -> the first line it could not read (that audit then proves nothing)
     unreadable: dict[str, MalformedLedgerLine] = field(default_factory=dict)
     # integrity: every line checked against the schema
@@ -529,14 +855,17 @@ class LedgerRecount:
     rollout_ids: Counter[str] = field(default_factory=Counter)
     supervisor_ids: set[str] = field(default_factory=set)
     parents: list[tuple[int, str]] = field(default_factory=list)
-    # against the inputs: every valid line as (line number, rollout_id, reward, coordinates), in order
-    sequence: list[tuple[int, str, Any, tuple[Any, ...]]] = field(default_factory=list)
-    # One tuple per distinct coordinates (a supervisor's workers share its): less to keep and to
-    # send back from a part's process.
+    # against the inputs: every valid line, in order, as a `SeenLine`
+    sequence: list[SeenLine] = field(default_factory=list)
+    # One tuple per distinct coordinates (a supervisor's workers share its), one string per
+    # distinct role or gap: less to keep and to send back from a part's process.
     _coordinates: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict, repr=False)
+    _strings: dict[str, str] = field(default_factory=dict, repr=False)
     run_ids: Counter[str] = field(default_factory=Counter)
     ids_not_matching_fields: int = 0
     id_problems: list[str] = field(default_factory=list)  # the first SAMPLE_SIZE, in line order
+    wrong_reward_sources: int = 0
+    reward_source_problems: list[str] = field(default_factory=list)  # the first SAMPLE_SIZE, in line order
 
     def _problem(self, message: str) -> None:
         if len(self.line_problems) < SAMPLE_SIZE:
@@ -551,14 +880,18 @@ class LedgerRecount:
             name = f"{value['run_id']}|supervisor|{value['candidate_id']}|{task['instance_id']}|{task['rep']}"
         elif role == "worker":
             ref = value["artifacts"]["transcript_ref"]
-            session = ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
+            session = (
+                ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
+            )
             name = f"{value['parent_rollout_id']}|{value['outcome']['metrics'].get('worker_cwd')}|{session}"
         else:
             return  # a proposer's id names its receipt's path, which the line does not hold
         if _rollout_id(name) != value["rollout_id"]:
             self.ids_not_matching_fields += 1
             if len(self.id_problems) < SAMPLE_SIZE:
-                self.id_problems.append(f"{where}: rollout_id {value['rollout_id']} is not the id of {name!r}")
+                self.id_problems.append(
+                    f"{where}: rollout_id {value['rollout_id']} is not the id of {name!r}"
+                )
 
     def _tally(self, audit: str, line: _Line, count: Any) -> None:
         if audit in self.unreadable:
@@ -572,7 +905,9 @@ class LedgerRecount:
 
     def _count_supervisor(self, line: _Line) -> None:
         if line.get("role") == "supervisor":
-            self.supervisors[(line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))] += 1
+            self.supervisors[
+                (line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))
+            ] += 1
 
     def _count_worker(self, line: _Line) -> None:
         if line.get("role") == "worker":
@@ -592,6 +927,24 @@ class LedgerRecount:
         else:
             self.gap_lines += 1
         self.reward_labeled += line.get("outcome", "reward") is not None
+        provenance = line.get("provenance")
+        gap = provenance.get("gap") if isinstance(provenance, dict) else None
+        if isinstance(gap, str):
+            self.gap_kinds[_gap_kind(gap)] += 1
+
+    def _check_reward_source(self, role: str, outcome: dict[str, Any], where: str) -> None:
+        """rollout-v1.md: a line's reward_source names where its reward comes from, by role, and
+        is null exactly when the reward is."""
+        if role not in _REWARD_SOURCES:
+            return  # no line of a round has another role: the order check names the line
+        reward, source = outcome["reward"], outcome["reward_source"]
+        expected = None if reward is None else _REWARD_SOURCES[role]
+        if source != expected:
+            self.wrong_reward_sources += 1
+            if len(self.reward_source_problems) < SAMPLE_SIZE:
+                self.reward_source_problems.append(
+                    f"{where}: reward_source {source!r} beside reward {reward!r}; a {role} line's is {expected!r}"
+                )
 
     def _check_integrity(self, value: Any, where: str, lineno: int) -> None:
         try:
@@ -604,24 +957,49 @@ class LedgerRecount:
             self.unlabeled_gaps += 1
             self._problem(f"{where}: empty transcript without a gap reason")
         self.rollout_ids[value["rollout_id"]] += 1
-        if value["role"] == "supervisor":
+        role = self._strings.setdefault(value["role"], value["role"])
+        if role == "supervisor":
             self.supervisor_ids.add(value["rollout_id"])
-        if value["parent_rollout_id"] is not None:
-            self.parents.append((lineno, value["parent_rollout_id"]))
+        parent = value["parent_rollout_id"]
+        if parent is not None:
+            self.parents.append((lineno, parent))
         task = value["task"]
-        coordinates = (value["candidate_id"], value["generation"], value["candidate_index"], task["instance_id"], task["rep"])
+        coordinates = (
+            value["candidate_id"],
+            value["generation"],
+            value["candidate_index"],
+            task["instance_id"],
+            task["rep"],
+        )
         coordinates = self._coordinates.setdefault(coordinates, coordinates)
-        self.sequence.append((lineno, value["rollout_id"], value["outcome"]["reward"], coordinates))
+        outcome = value["outcome"]
+        gap = value["provenance"].get("gap")
+        if gap is not None:
+            gap = self._strings.setdefault(gap, gap)
+        self.sequence.append(
+            SeenLine(
+                lineno,
+                value["rollout_id"],
+                outcome["reward"],
+                coordinates,
+                parent,
+                role,
+                gap,
+                bool(value["messages"]),
+            )
+        )
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
+        self._check_reward_source(role, outcome, where)
 
     def observe(self, raw: bytes, lineno: int) -> None:
         where = f"{self.path}:{lineno}"
         self.lines += 1
         try:
-            value = _loads(raw)
+            value = _ledger_json(raw)
         except ValueError as error:
-            unreadable = MalformedLedgerLine(f"{where}: not JSON ({error})")
+            why = str(error) if isinstance(error, _NotALedgerLine) else f"not JSON ({error})"
+            unreadable = MalformedLedgerLine(f"{where}: {why}")
             for audit in _COUNTING_AUDITS:
                 self.unreadable.setdefault(audit, unreadable)
             self.invalid_lines += 1
@@ -634,7 +1012,6 @@ class LedgerRecount:
         self._tally("stats", line, self._count_for_stats)
         self._check_integrity(value, where, lineno)
 
-
     def merge(self, later: LedgerRecount) -> None:
         """Add the recount of the part of the same ledger that follows this one."""
         self.lines += later.lines
@@ -646,6 +1023,7 @@ class LedgerRecount:
         self.full_transcripts += later.full_transcripts
         self.gap_lines += later.gap_lines
         self.reward_labeled += later.reward_labeled
+        self.gap_kinds.update(later.gap_kinds)
         for audit, error in later.unreadable.items():
             self.unreadable.setdefault(audit, error)
         self.invalid_lines += later.invalid_lines
@@ -659,6 +1037,10 @@ class LedgerRecount:
         self.run_ids.update(later.run_ids)
         self.ids_not_matching_fields += later.ids_not_matching_fields
         self.id_problems += later.id_problems[: SAMPLE_SIZE - len(self.id_problems)]
+        self.wrong_reward_sources += later.wrong_reward_sources
+        self.reward_source_problems += later.reward_source_problems[
+            : SAMPLE_SIZE - len(self.reward_source_problems)
+        ]
 
 
 # Below this size a second process costs more than it saves.
@@ -745,7 +1127,9 @@ def workers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult
         expected=cwd_result.expected + session_result.expected,
         seen=cwd_result.seen + session_result.seen,
         missing=cwd_result.missing + session_result.missing,
-        sample=_sample([f"cwd: {s}" for s in cwd_result.sample] + [f"session: {s}" for s in session_result.sample]),
+        sample=_sample(
+            [f"cwd: {s}" for s in cwd_result.sample] + [f"session: {s}" for s in session_result.sample]
+        ),
         details={
             "expected_cwds": cwd_result.expected,
             "missing_cwds": cwd_result.missing,
@@ -780,7 +1164,10 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
     orphans = [(lineno, parent) for lineno, parent in ledger.parents if parent not in ledger.supervisor_ids]
     problems = list(ledger.line_problems)
     problems += [f"duplicated rollout_id {rollout_id}" for rollout_id in duplicated[:SAMPLE_SIZE]]
-    problems += [f"{ledger.path}:{lineno}: parent {parent} is no supervisor line" for lineno, parent in orphans[:SAMPLE_SIZE]]
+    problems += [
+        f"{ledger.path}:{lineno}: parent {parent} is no supervisor line"
+        for lineno, parent in orphans[:SAMPLE_SIZE]
+    ]
     return AuditResult(
         passed=not (ledger.invalid_lines or ledger.unlabeled_gaps or duplicated or orphans),
         expected=ledger.lines,
@@ -802,11 +1189,29 @@ def _same_reward(seen: Any, expected: Any) -> bool:
     return _is_number(seen) and seen == expected
 
 
+_FAULT_WORDS: dict[str, Callable[[SeenLine, ExpectedLine, str | None], str]] = {
+    "rewards": lambda seen, line, _: (
+        f"reward {seen.reward!r}, but the inputs give {line.what} the reward {line.reward!r}"
+    ),
+    "coordinates": lambda seen, line, _: (
+        f"(candidate_id, generation, candidate_index, instance_id, rep) is {seen.coordinates!r},"
+        f" but {line.what} is {line.coordinates!r}"
+    ),
+    "roles_or_parents": lambda seen, line, _: (
+        f"role {seen.role!r} with parent_rollout_id {seen.parent!r}, but {line.what}"
+        f" is a {line.parts[0]} line with parent_rollout_id {line.parent!r}"
+    ),
+    "gaps": lambda seen, line, why: str(why),
+}
+
+
 def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
     """The ledger holds exactly the lines the inputs name, in their order: every line's id is
     the one its invocation must have, and follows from its own fields; every line is of this
     round (`run_id`); every supervisor's reward is its cell's verdict, inherited by its workers,
-    and every proposer's its candidate's resolved fraction.
+    and every proposer's its candidate's resolved fraction, each with its role's reward_source;
+    every line has its invocation's role and parent (a worker's supervisor, else null) and the
+    gap the inputs give it (see _gap_problem).
 
     The counting checks prove nothing is missing or doubled; this one proves that what is there
     belongs where it is: a worker moved under another supervisor, a line of another round, a
@@ -815,58 +1220,70 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
         raise ValueError("the inputs were recounted without the opencode store: worker lines cannot be named")
     problems: list[str] = []
     foreign = {run_id: n for run_id, n in ledger.run_ids.items() if run_id != inputs.run_id}
-    problems += [f"{n} line(s) of run_id {run_id!r}, not this round's {inputs.run_id!r}" for run_id, n in foreign.items()]
+    problems += [
+        f"{n} line(s) of run_id {run_id!r}, not this round's {inputs.run_id!r}"
+        for run_id, n in foreign.items()
+    ]
     problems += ledger.id_problems
     expected_ids = [line.rollout_id for line in inputs.expected]
-    seen_ids = [rollout_id for _, rollout_id, _, _ in ledger.sequence]
+    seen_ids = [line.rollout_id for line in ledger.sequence]
     out_of_place = 0
     if seen_ids != expected_ids:
         index = next(
-            (i for i, (seen, expected) in enumerate(zip(seen_ids, expected_ids, strict=False)) if seen != expected),
+            (
+                i
+                for i, (seen, expected) in enumerate(zip(seen_ids, expected_ids, strict=False))
+                if seen != expected
+            ),
             min(len(seen_ids), len(expected_ids)),
         )
-        out_of_place = ledger.sequence[index][0] if index < len(ledger.sequence) else ledger.lines + 1
+        out_of_place = ledger.sequence[index].lineno if index < len(ledger.sequence) else ledger.lines + 1
         wanted = inputs.expected[index].what if index < len(expected_ids) else "the end of the ledger"
         found = seen_ids[index] if index < len(seen_ids) else "the end of the ledger"
         problems.append(f"{ledger.path}:{out_of_place}: expected {wanted}, found {found}")
     expected_by_id = {line.rollout_id: line for line in inputs.expected}
-    matched = [
-        (lineno, reward, coordinates, expected_by_id[rollout_id])
-        for lineno, rollout_id, reward, coordinates in ledger.sequence
-        if rollout_id in expected_by_id
-    ]
-    wrong_rewards = [(lineno, reward, line) for lineno, reward, _, line in matched if not _same_reward(reward, line.reward)]
-    problems += [
-        f"{ledger.path}:{lineno}: reward {reward!r}, but the inputs give {line.what} the reward {line.reward!r}"
-        for lineno, reward, line in wrong_rewards[:SAMPLE_SIZE]
-    ]
-    # `==` on tuples: 1 == 1.0 would pass a float generation, but the schema refuses one first.
-    wrong_coordinates = [
-        (lineno, coordinates, line) for lineno, _, coordinates, line in matched if coordinates != line.coordinates
-    ]
-    problems += [
-        f"{ledger.path}:{lineno}: (candidate_id, generation, candidate_index, instance_id, rep) is {coordinates!r},"
-        f" but {line.what} is {line.coordinates!r}"
-        for lineno, coordinates, line in wrong_coordinates[:SAMPLE_SIZE]
-    ]
+    # Per kind of fault: how many lines have it, and the first SAMPLE_SIZE (worded below).
+    wrong: dict[str, list[Any]] = {kind: [0, []] for kind in _FAULT_WORDS}
+
+    def fault(kind: str, seen: SeenLine, line: ExpectedLine, why: str | None = None) -> None:
+        tally = wrong[kind]
+        tally[0] += 1
+        if len(tally[1]) < SAMPLE_SIZE:
+            tally[1].append(f"{ledger.path}:{seen.lineno}: {_FAULT_WORDS[kind](seen, line, why)}")
+
+    for seen in ledger.sequence:
+        line = expected_by_id.get(seen.rollout_id)
+        if line is None:
+            continue
+        if not _same_reward(seen.reward, line.reward):
+            fault("rewards", seen, line)
+        # `==` on tuples: 1 == 1.0 would pass a float generation, but the schema refuses one first.
+        if seen.coordinates != line.coordinates:
+            fault("coordinates", seen, line)
+        # rollout-v1.md: a worker's parent is its supervisor; a supervisor's and a proposer's is null.
+        if seen.role != line.parts[0] or seen.parent != line.parent:
+            fault("roles_or_parents", seen, line)
+        gap_problem = _gap_problem(seen, line)
+        if gap_problem is not None:
+            fault("gaps", seen, line, gap_problem)
+    for _, sample in wrong.values():
+        problems += sample
+    problems += ledger.reward_source_problems
     foreign_lines = sum(foreign.values())
+    faults = sum(count for count, _ in wrong.values()) + ledger.wrong_reward_sources
     return AuditResult(
-        passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or wrong_rewards or wrong_coordinates),
+        passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or faults),
         expected=len(expected_ids),
         seen=len(seen_ids),
-        missing=foreign_lines
-        + ledger.ids_not_matching_fields
-        + len(wrong_rewards)
-        + len(wrong_coordinates)
-        + (1 if out_of_place else 0),
+        missing=foreign_lines + ledger.ids_not_matching_fields + faults + (1 if out_of_place else 0),
         sample=_sample(problems),
         details={
             "run_id": inputs.run_id,
             "lines_of_another_run": foreign_lines,
             "ids_not_matching_fields": ledger.ids_not_matching_fields,
             "first_line_out_of_place": out_of_place,
-            "wrong_rewards": len(wrong_rewards),
-            "wrong_coordinates": len(wrong_coordinates),
+            **{f"wrong_{kind}": count for kind, (count, _) in wrong.items()},
+            "wrong_reward_sources": ledger.wrong_reward_sources,
         },
     )
 
@@ -888,6 +1305,10 @@ def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
             problems.append(f"{key}: stats say {stats.get(key)}, ledger holds {value}")
     if stats.get("byRole") != dict(ledger.by_role):
         problems.append(f"byRole: stats say {stats.get('byRole')}, ledger holds {dict(ledger.by_role)}")
+    # Gap lines by reason, each gap classified by this module's reading of its wording.
+    by_gap = dict(sorted(ledger.gap_kinds.items()))
+    if stats.get("byGapReason") != by_gap:
+        problems.append(f"byGapReason: stats say {stats.get('byGapReason')}, ledger holds {by_gap}")
     if sum((stats.get("byRole") or {}).values()) != stats.get("lines"):
         problems.append("stats: Σ byRole != lines")
     if stats.get("fullTranscripts", 0) + stats.get("gapLines", 0) != stats.get("lines"):
@@ -898,7 +1319,11 @@ def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
         seen=stats.get("lines") if isinstance(stats.get("lines"), int) else -1,
         missing=len(problems),
         sample=_sample(problems),
-        details={"reward_labeled": ledger.reward_labeled, "gap_lines": ledger.gap_lines, "full_transcripts": ledger.full_transcripts},
+        details={
+            "reward_labeled": ledger.reward_labeled,
+            "gap_lines": ledger.gap_lines,
+            "full_transcripts": ledger.full_transcripts,
+        },
     )
 
 
@@ -919,8 +1344,12 @@ def audit_proposers(out_dir: Path, ledger_path: Path) -> AuditResult:
     return proposers_verdict(recount_inputs(out_dir, None), recount_ledger(ledger_path))
 
 
-def audit_inputs_match(out_dir: Path, ledger_path: Path, opencode_db: Path) -> AuditResult:
-    return inputs_match_verdict(recount_inputs(out_dir, opencode_db), recount_ledger(ledger_path))
+def audit_inputs_match(
+    out_dir: Path, ledger_path: Path, opencode_db: Path, claude_projects: Path | None = None
+) -> AuditResult:
+    return inputs_match_verdict(
+        recount_inputs(out_dir, opencode_db, claude_projects=claude_projects), recount_ledger(ledger_path)
+    )
 
 
 def audit_integrity(ledger_path: Path) -> AuditResult:

@@ -9,7 +9,13 @@ the checks executed, and a full run where a blocking check stops `rollout_stats`
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,6 +135,7 @@ def test_unbroken_backfill_passes_every_audit(
     assert audit.audit_proposers(out_dir, ledger).passed
     assert audit.audit_integrity(ledger).passed
     assert audit.audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
+    assert audit.audit_inputs_match(out_dir, ledger, demo.opencode_db, demo.claude_projects_dir).passed
     assert audit.audit_stats(ledger, stats_path).passed
     assert audit.cells_without_worker_list(out_dir) == []
 
@@ -312,6 +319,90 @@ def test_integrity_check_fails_on_a_parent_that_is_no_line(tmp_path: Path, lines
     assert outcome.sample == [f"{ledger}:{index + 1}: parent {nowhere} is no supervisor line"]
 
 
+def _ledger_bytes(tmp_path: Path, lines: list[Line]) -> list[bytes]:
+    """The ledger's lines as the writer writes them, `\n` included."""
+    return _ledger(tmp_path, lines).read_bytes().splitlines(keepends=True)
+
+
+def _invalid_utf8_in_a_message(raw: list[bytes]) -> int:
+    index = next(i for i, line in enumerate(raw) if b'"messages":[{' in line)
+    at = raw[index].index(b'"content":"') + len(b'"content":"')
+    raw[index] = raw[index][:at] + b"\xff" + raw[index][at:]
+    return index
+
+
+def _null_reward_overflowing_a_double(raw: list[bytes]) -> int:
+    # JSON.parse reads 1e400 as Infinity: a perfect reward where the cell gave none.
+    index = next(i for i, line in enumerate(raw) if b'"reward":null' in line)
+    raw[index] = raw[index].replace(b'"reward":null', b'"reward":1e400', 1)
+    return index
+
+
+def _final_newline_removed(raw: list[bytes]) -> int:
+    raw[-1] = raw[-1][:-1]
+    return len(raw) - 1
+
+
+def _crlf_line_ends(raw: list[bytes]) -> int:
+    raw[:] = [line[:-1] + b"\r\n" for line in raw]
+    return 0
+
+
+NOT_READ_STRICTLY = {
+    "invalid UTF-8 in a message": (
+        _invalid_utf8_in_a_message,
+        "not UTF-8 ('utf-8' codec can't decode byte 0xff",
+    ),
+    "a null reward turned into 1e400": (
+        _null_reward_overflowing_a_double,
+        "the number 1e400 overflows a double",
+    ),
+    "the final newline removed": (
+        _final_newline_removed,
+        "no \\n at the end of the line: the ledger ends mid-line",
+    ),
+    "CRLF line ends": (_crlf_line_ends, "the line ends with \\r\\n, not \\n"),
+}
+
+
+@pytest.mark.parametrize("break_it", list(NOT_READ_STRICTLY), ids=list(NOT_READ_STRICTLY))
+def test_integrity_check_reads_the_ledger_strictly(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, break_it: str
+) -> None:
+    """rollout-v1.md: UTF-8, `\n` after every line. A line that is not is refused and named,
+    never repaired (replacement characters, null for an overflowing number) into one that passes."""
+    raw = _ledger_bytes(tmp_path, lines)
+    ledger = tmp_path / "damaged.jsonl"
+    ledger.write_bytes(b"".join(raw))
+    assert audit.audit_integrity(ledger).passed
+    damage, why = NOT_READ_STRICTLY[break_it]
+    index = damage(raw)
+    ledger.write_bytes(b"".join(raw))
+
+    outcome = audit.audit_integrity(ledger)
+
+    assert outcome.passed is False
+    assert outcome.details["invalid_lines"] >= 1
+    assert outcome.sample[0].startswith(f"{ledger}:{index + 1}: {why}")
+    # A ledger the audit cannot read proves nothing to any check that counts its lines.
+    assert not audit.audit_supervisors(out_dir, ledger).passed
+    assert not audit.audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
+
+
+def test_a_lone_surrogate_escape_the_writer_writes_reads_back(tmp_path: Path, lines: list[Line]) -> None:
+    """The writer escapes a lone UTF-16 surrogate (a truncated emoji in a tool output) as
+    JavaScript does: still valid UTF-8 JSON, which strict reading must not refuse."""
+    index = next(i for i, line in enumerate(lines) if line["messages"])
+    lines[index]["messages"][0]["content"] = "cut \ud83d here"
+    raw = _ledger_bytes(tmp_path, [line for i, line in enumerate(lines) if i != index])
+    raw.insert(index, json.dumps(lines[index], separators=(",", ":")).encode("ascii") + b"\n")
+    ledger = tmp_path / "surrogate.jsonl"
+    ledger.write_bytes(b"".join(raw))
+
+    assert b"\\ud83d" in raw[index]
+    assert audit.audit_integrity(ledger).passed
+
+
 # ---------------------------------------------------------------------------
 # stats_reconcile_with_ledger
 # ---------------------------------------------------------------------------
@@ -354,6 +445,42 @@ def test_stats_check_fails_when_a_role_count_is_wrong(
             f"ledger holds {{'supervisor': 30, 'worker': {workers}, 'proposer': 4}}"
         )
     ]
+
+
+def test_stats_check_fails_when_a_gap_reason_count_is_wrong(
+    tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
+) -> None:
+    stats = json.loads(json.dumps(backfill[1]))
+    by_gap = stats["byGapReason"]
+    assert by_gap["no_opencode_session"] == 1 and "opencode_store_unavailable" not in by_gap
+    by_gap["opencode_store_unavailable"] = by_gap.pop("no_opencode_session")  # totals unchanged
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+
+    assert (outcome.passed, outcome.missing) == (False, 1)
+    assert outcome.sample[0].startswith("byGapReason: stats say {")
+    assert "'no_opencode_session': 1" in outcome.sample[0].split("ledger holds")[1]
+
+
+def test_stats_check_classifies_the_ledgers_gaps_by_their_wording(
+    tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
+) -> None:
+    """A gap relabeled in the ledger, the stats left as they were: the reasons no longer reconcile."""
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(backfill[1]), encoding="utf-8")
+    assert audit.audit_stats(_ledger(tmp_path, lines), stats_path).passed
+    _no_session_gap_relabeled_store_unavailable(lines)
+    _supervisor_gap_changed(lines)
+
+    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+
+    assert outcome.passed is False
+    (problem,) = outcome.sample
+    held = problem.split("ledger holds ")[1]
+    assert "'opencode_store_unavailable': 1" in held and "'other': 1" in held
+    assert "no_opencode_session" not in held
 
 
 # ---------------------------------------------------------------------------
@@ -421,7 +548,9 @@ def _supervisors(lines: list[Line]) -> list[int]:
 
 def _move_a_worker_to_another_supervisor(lines: list[Line]) -> None:
     first, second = _supervisors(lines)[:2]
-    worker = next(i for i, line in enumerate(lines) if line["parent_rollout_id"] == lines[first]["rollout_id"])
+    worker = next(
+        i for i, line in enumerate(lines) if line["parent_rollout_id"] == lines[first]["rollout_id"]
+    )
     lines[worker]["parent_rollout_id"] = lines[second]["rollout_id"]
 
 
@@ -471,7 +600,9 @@ def _extra_gap_line(lines: list[Line]) -> None:
 
 def _worker_reward_differs_from_its_supervisor(lines: list[Line]) -> None:
     index = next(
-        i for i, line in enumerate(lines) if line["role"] == "worker" and line["outcome"]["reward"] is not None
+        i
+        for i, line in enumerate(lines)
+        if line["role"] == "worker" and line["outcome"]["reward"] is not None
     )
     lines[index]["outcome"]["reward"] = 0.25
 
@@ -498,6 +629,87 @@ def _proposer_of_another_candidate(lines: list[Line]) -> None:
     lines[index].update(candidate_id="gen5-cand5", generation=5, candidate_index=5)
 
 
+def _supervisor_given_a_parent(lines: list[Line]) -> None:
+    first, second = _supervisors(lines)[:2]
+    lines[second]["parent_rollout_id"] = lines[first]["rollout_id"]
+
+
+def _proposer_given_a_parent(lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "proposer")
+    lines[index]["parent_rollout_id"] = lines[_supervisors(lines)[0]]["rollout_id"]
+
+
+def _supervisor_relabeled_a_proposer(lines: list[Line]) -> None:
+    lines[_supervisors(lines)[0]]["role"] = "proposer"  # a proposer's id is not checked against its fields
+
+
+def _gap_line_of(lines: list[Line], kind: str) -> int:
+    """The first line whose gap starts like `kind`'s wording."""
+    return next(i for i, line in enumerate(lines) if line["provenance"].get("gap", "").startswith(kind))
+
+
+def _no_session_gap_relabeled_store_unavailable(lines: list[Line]) -> None:
+    index = _gap_line_of(lines, "no opencode session found for worker cwd ")
+    cwd = lines[index]["outcome"]["metrics"]["worker_cwd"]
+    lines[index]["provenance"]["gap"] = f"opencode store unavailable; worker cwd {cwd} unrecoverable"
+
+
+def _empty_session_relabeled_no_session(lines: list[Line]) -> None:
+    index = _gap_line_of(lines, "opencode session ")
+    cwd = lines[index]["outcome"]["metrics"]["worker_cwd"]
+    lines[index]["provenance"]["gap"] = f"no opencode session found for worker cwd {cwd}"
+
+
+def _supervisor_gap_changed(lines: list[Line]) -> None:
+    lines[_supervisors(lines)[0]]["provenance"]["gap"] = "x"
+
+
+def _supervisor_gap_claims_its_result_json_missing(lines: list[Line]) -> None:
+    lines[_supervisors(lines)[0]]["provenance"]["gap"] += (
+        "; result.json missing: this cell's worker sessions cannot be listed"
+    )
+
+
+def _joined_worker_given_a_gap_too(lines: list[Line]) -> None:
+    index = next(i for i, line in enumerate(lines) if line["role"] == "worker" and line["messages"])
+    lines[index]["provenance"]["gap"] = (
+        f"opencode session {_session_of(lines[index])} has no readable message parts"
+    )
+
+
+def _proposer_gap_names_another_worktree(lines: list[Line]) -> None:
+    index = _gap_line_of(lines, "no claude transcript matched worktree ")
+    lines[index]["provenance"]["gap"] = (
+        "no claude transcript matched worktree /elsewhere in the shot's time window"
+    )
+
+
+def _proposer_gap_names_a_transcript_that_is_no_file_of_its_worktree(lines: list[Line]) -> None:
+    index = _gap_line_of(lines, "no claude transcript matched worktree ")
+    lines[index]["provenance"]["gap"] = (
+        "claude transcript /elsewhere/made-up.jsonl matched the shot's time window but holds no conversation messages"
+    )
+
+
+def _reward_source_nulled(lines: list[Line]) -> None:
+    index = next(i for i in _supervisors(lines) if lines[i]["outcome"]["reward"] is not None)
+    lines[index]["outcome"]["reward_source"] = None
+
+
+def _worker_reward_source_of_a_supervisor(lines: list[Line]) -> None:
+    index = next(
+        i
+        for i, line in enumerate(lines)
+        if line["role"] == "worker" and line["outcome"]["reward"] is not None
+    )
+    lines[index]["outcome"]["reward_source"] = "swe-arena-official-judge"
+
+
+def _reward_source_without_a_reward(lines: list[Line]) -> None:
+    index = next(i for i in _supervisors(lines) if lines[i]["outcome"]["reward"] is None)
+    lines[index]["outcome"]["reward_source"] = "swe-arena-official-judge"
+
+
 MISPLACED = {
     "a worker line naming another instance": _worker_of_another_instance,
     "a supervisor line naming another generation": _supervisor_of_another_generation,
@@ -512,6 +724,19 @@ MISPLACED = {
     "instance ids swapped between two supervisors": _swap_instance_ids,
     "a made-up gap line for a cwd no cell lists": _extra_gap_line,
     "a worker reward that is not its supervisor's": _worker_reward_differs_from_its_supervisor,
+    "a supervisor given a parent": _supervisor_given_a_parent,
+    "a proposer given a parent": _proposer_given_a_parent,
+    "a supervisor line relabeled a proposer": _supervisor_relabeled_a_proposer,
+    "a no-session gap relabeled store unavailable": _no_session_gap_relabeled_store_unavailable,
+    "an empty session's gap relabeled no session": _empty_session_relabeled_no_session,
+    "a supervisor gap changed": _supervisor_gap_changed,
+    "a supervisor gap claiming its result.json missing": _supervisor_gap_claims_its_result_json_missing,
+    "a joined worker given a gap too": _joined_worker_given_a_gap_too,
+    "a proposer gap naming another worktree": _proposer_gap_names_another_worktree,
+    "a proposer gap naming a transcript no file of its worktree": _proposer_gap_names_a_transcript_that_is_no_file_of_its_worktree,
+    "a reward_source nulled beside a reward": _reward_source_nulled,
+    "a worker reward_source of a supervisor": _worker_reward_source_of_a_supervisor,
+    "a reward_source beside a null reward": _reward_source_without_a_reward,
 }
 
 
@@ -519,16 +744,20 @@ MISPLACED = {
 def test_the_order_and_identity_check_fails_on_a_misplaced_or_changed_line(
     tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, break_it: str
 ) -> None:
-    before = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    claude = demo.claude_projects_dir
+    before = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db, claude)
     MISPLACED[break_it](lines)
 
-    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db, claude)
 
     assert before.passed and before.sample == []
     assert not result.passed
     assert result.sample, "a failing check says where"
     # Every line still validates: only this check can see what is wrong.
-    assert audit.audit_integrity(_ledger(tmp_path, lines)).passed or break_it == "a joined transcript turned into a gap line"
+    assert audit.audit_integrity(_ledger(tmp_path, lines)).passed or break_it in {
+        "a joined transcript turned into a gap line",
+        "a supervisor line relabeled a proposer",  # its workers' parent is no supervisor line any more
+    }
 
 
 def test_the_order_and_identity_check_names_the_first_line_out_of_place(
@@ -553,7 +782,9 @@ def test_the_order_and_identity_check_reports_a_changed_reward_with_the_cells_ve
     result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert result.details["wrong_rewards"] == 1
-    assert any("reward 0, but the inputs give supervisor " in p and "the reward None" in p for p in result.sample)
+    assert any(
+        "reward 0, but the inputs give supervisor " in p and "the reward None" in p for p in result.sample
+    )
 
 
 def test_a_cwd_two_cells_list_gets_its_sessions_under_each_and_every_audit_passes(tmp_path: Path) -> None:
@@ -564,7 +795,10 @@ def test_a_cwd_two_cells_list_gets_its_sessions_under_each_and_every_audit_passe
         messages=[message("m1", "ses_1", "user")],
         parts=[part("p1", "m1", "text", text="fix it")],
     )
-    for campaign, run_dir in ((campaign_dir(out_dir), tmp_path / "run-a"), (campaign_dir(out_dir, 0, 0), tmp_path / "run-b")):
+    for campaign, run_dir in (
+        (campaign_dir(out_dir), tmp_path / "run-a"),
+        (campaign_dir(out_dir, 0, 0), tmp_path / "run-b"),
+    ):
         write_cell(campaign, "c", cell("a__a-1", 0, artifact=artifact(runDir=str(run_dir))))
         write_json(run_dir / "result.json", {"recoveredSpend": {"workerCwds": ["/wt/shared"]}})
     ledger = tmp_path / "rollout-ledger.jsonl"
@@ -579,6 +813,129 @@ def test_a_cwd_two_cells_list_gets_its_sessions_under_each_and_every_audit_passe
     assert audit.audit_inputs_match(out_dir, ledger, store).passed
     write_jsonl(ledger, [line for line in read_jsonl(ledger) if line is not None][:-1])  # one of them dropped
     assert not audit.audit_workers(out_dir, ledger, store).passed
+
+
+def test_a_worker_cwd_that_is_not_utf8_is_matched_as_the_join_binds_it(tmp_path: Path) -> None:
+    """A clone folder named with a Latin-1 byte: result.json is read with replacement, so the
+    cwd is `/clones/w\ufffd`, which the join binds as SQL text (its UTF-8 bytes). A session whose
+    `directory` holds the raw byte 0xff is not that cwd's; one holding the replacement
+    character's UTF-8 bytes is. The audit compares the same bytes, so both lines pass."""
+    out_dir = tmp_path / "round"
+    for name, cwd in (("a", b"/clones/w\xff"), ("b", b"/clones/v\xff")):
+        run_dir = tmp_path / f"run-{name}"
+        write_cell(
+            campaign_dir(out_dir), name, cell(f"x__x-{name}", 0, artifact=artifact(runDir=str(run_dir)))
+        )
+        write_json(run_dir / "result.json", b'{"spawned":1,"recoveredSpend":{"workerCwds":["' + cwd + b'"]}}')
+    store = write_opencode_db(
+        tmp_path / "opencode.db",
+        sessions=[session("ses_raw", "placeholder"), session("ses_utf8", "/clones/v\ufffd")],
+        messages=[message("m1", "ses_raw", "user"), message("m2", "ses_utf8", "user")],
+        parts=[part("p1", "m1", "text", text="hi"), part("p2", "m2", "text", text="hi")],
+    )
+    with sqlite3.connect(store) as connection:
+        connection.execute(
+            "UPDATE session SET directory = CAST(? AS TEXT) WHERE id = 'ses_raw'", (b"/clones/w\xff",)
+        )
+    connection.close()
+    ledger = tmp_path / "rollout-ledger.jsonl"
+    with RoundBackfill(out_dir, opencode_db=store, claude_projects_dir=tmp_path / "claude") as run:
+        write_ledger(ledger, run.lines())
+
+    workers = [line for line in read_jsonl(ledger) if line["role"] == "worker"]
+
+    assert [
+        (line["outcome"]["metrics"]["worker_cwd"], line["artifacts"]["transcript_ref"]) for line in workers
+    ] == [
+        ("/clones/w\ufffd", None),
+        ("/clones/v\ufffd", "opencode:ses_utf8"),
+    ]
+    inputs = audit.recount_inputs(out_dir, store)
+    assert inputs.session_ids == ["ses_utf8"]
+    assert audit.audit_workers(out_dir, ledger, store).passed
+    assert audit.audit_inputs_match(out_dir, ledger, store).passed
+
+
+# The audit as `nobody`, for whom a chmod'ed folder really is closed (root reads any folder):
+# everything is imported as root first, then the process drops its privileges.
+AUDIT_AS_NOBODY = textwrap.dedent(
+    """
+    import json, os, pwd, sys
+    from pathlib import Path
+    from rollout_assets import audit
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        try:
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+        except PermissionError:
+            sys.exit(77)
+    try:
+        recount = audit.recount_inputs(Path(sys.argv[1]), None, workers=1)
+    except Exception as error:
+        print(json.dumps([type(error).__name__, str(error)]))
+    else:
+        print(json.dumps(["no error", len(recount.cells), len(recount.receipts)]))
+    """
+)
+
+
+@pytest.fixture
+def world_readable_tmp() -> Iterator[Path]:
+    """A temp folder `nobody` can enter (pytest's own are private to their owner)."""
+    folder = Path(tempfile.mkdtemp(prefix="rollout-checks-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        for base, dirs, _ in os.walk(folder):
+            for name in dirs:
+                os.chmod(os.path.join(base, name), 0o755)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("closed", "mode", "why"),
+    [
+        (
+            "improve-run/baseline/c1",
+            0o644,
+            "cannot tell whether it holds a cached-result.json (Permission denied)",
+        ),
+        ("improve-run/gen-0/candidate-0", 0o311, "cannot list the folder (Permission denied)"),
+        ("proposer-shots", 0o311, "cannot list the folder (Permission denied)"),
+    ],
+    ids=[
+        "a cell folder it cannot search",
+        "a campaign folder it cannot list",
+        "a receipts folder it cannot list",
+    ],
+)
+def test_audit_refuses_a_round_folder_it_cannot_look_into(
+    world_readable_tmp: Path, closed: str, mode: int, why: str
+) -> None:
+    """A folder that exists but cannot be searched or listed may hold cells or receipts: the
+    audit stops naming it, as the round's readers do, instead of expecting none of its lines."""
+    out_dir = world_readable_tmp / "round"
+    for campaign in (campaign_dir(out_dir), campaign_dir(out_dir, 0, 0)):
+        for name in ("c0", "c1"):
+            write_cell(campaign, name, cell(f"x__x-{name}", 0))
+    write_json(out_dir / "proposer-shots" / "gen0-cand0-shot0.json", {"receipt": {}})
+    assert audit.recount_inputs(out_dir, None).cells.total() == 4
+    (out_dir / closed).chmod(mode)
+
+    result = subprocess.run(
+        [sys.executable, "-c", AUDIT_AS_NOBODY, str(out_dir)],
+        capture_output=True, text=True, encoding="utf-8", timeout=120, check=False,
+    )  # fmt: skip
+
+    if result.returncode == 77:
+        pytest.fail(
+            "could not drop root privileges to `nobody` (no CAP_SETUID?): a closed folder cannot be tested"
+        )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["UnreadableRound", f"{out_dir / closed}: {why}"]
 
 
 # ---------------------------------------------------------------------------
@@ -662,7 +1019,9 @@ def test_order_check_run_by_dagster_fails_alone_on_a_reversed_ledger(
     assert (check.severity, check.partition) == (AssetCheckSeverity.ERROR, ROUND)
     metadata = metadata_values(check.metadata)
     assert metadata["first_line_out_of_place"] == 1
-    assert metadata["sample"][0].startswith(f"{ledger}:1: expected supervisor baseline/astropy__astropy-12907/rep0")
+    assert metadata["sample"][0].startswith(
+        f"{ledger}:1: expected supervisor baseline/astropy__astropy-12907/rep0"
+    )
 
 
 def test_integrity_check_run_by_dagster_fails_on_an_orphaned_worker_line(
@@ -703,6 +1062,79 @@ def test_stats_check_run_by_dagster_fails_on_edited_stats(
         f"gapLines: stats say {gaps + 2}, ledger holds {gaps}",
         "stats: fullTranscripts + gapLines != lines",
     ]
+
+
+def test_integrity_check_run_by_dagster_refuses_a_ledger_it_cannot_read_strictly(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    ledger = folder / "rollout-ledger.jsonl"
+    raw = ledger.read_bytes().splitlines(keepends=True)
+    overflowing = _null_reward_overflowing_a_double(raw)
+    not_utf8 = _invalid_utf8_in_a_message(raw)
+    _final_newline_removed(raw)
+    ledger.write_bytes(b"".join(raw))
+
+    result = run_checks_of(instance, resources, rollout_ledger)
+
+    assert not result.success
+    check = evaluations(result)["ledger_lines_valid_and_linked"]
+    assert (check.passed, check.severity, check.partition) == (False, AssetCheckSeverity.ERROR, ROUND)
+    metadata = metadata_values(check.metadata)
+    assert metadata["invalid_lines"] == 3
+    why = dict(problem.split(": ", 1) for problem in metadata["sample"])
+    assert why.keys() == {f"{ledger}:{n + 1}" for n in (overflowing, not_utf8, len(raw) - 1)}
+    assert why[f"{ledger}:{overflowing + 1}"] == "the number 1e400 overflows a double"
+    assert why[f"{ledger}:{not_utf8 + 1}"].startswith("not UTF-8 ('utf-8' codec can't decode byte 0xff")
+    assert why[f"{ledger}:{len(raw)}"] == "no \\n at the end of the line: the ledger ends mid-line"
+
+
+def test_order_check_run_by_dagster_fails_alone_on_wrong_parents_and_a_relabeled_gap(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    ledger = folder / "rollout-ledger.jsonl"
+    lines = read_jsonl(ledger)
+    _supervisor_given_a_parent(lines)
+    _proposer_given_a_parent(lines)
+    _no_session_gap_relabeled_store_unavailable(lines)
+    _reward_source_nulled(lines)
+    write_jsonl(ledger, lines)
+
+    result = run_checks_of(instance, resources, rollout_ledger)
+
+    assert not result.success
+    found = evaluations(result)
+    # Every parent is a supervisor line, every line validates: only the order check sees it.
+    assert {name for name, e in found.items() if not e.passed} == {"every_line_is_its_invocation_in_order"}
+    metadata = metadata_values(found["every_line_is_its_invocation_in_order"].metadata)
+    assert (metadata["wrong_roles_or_parents"], metadata["wrong_gaps"], metadata["wrong_reward_sources"]) == (
+        2,
+        1,
+        1,
+    )
+    assert any(
+        "the gap 'no opencode session found for worker cwd " in problem for problem in metadata["sample"]
+    )
+
+
+def test_stats_check_run_by_dagster_fails_on_edited_gap_reasons(
+    damaged: tuple[DagsterInstance, dict, Path],
+) -> None:
+    instance, resources, folder = damaged
+    stats_path = folder / "rollout-stats.json"
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    by_gap = stats["byGapReason"]
+    by_gap["opencode_store_unavailable"] = by_gap.pop("no_opencode_session")
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    result = run_checks_of(instance, resources, rollout_stats)
+
+    assert not result.success
+    check = evaluations(result)["stats_reconcile_with_ledger"]
+    assert (check.passed, check.partition) == (False, ROUND)
+    (problem,) = metadata_values(check.metadata)["sample"]
+    assert problem.startswith("byGapReason: stats say ")
 
 
 # ---------------------------------------------------------------------------
@@ -793,6 +1225,9 @@ def test_ledger_recount_on_several_processes_equals_one_pass(
     del broken[3]["messages"]  # an early line an audit cannot read
     broken[-2]["parent_rollout_id"] = str(uuid.uuid4())  # a late orphan
     broken[len(broken) // 2]["rollout_id"] = broken[0]["rollout_id"]  # a duplicate across parts
+    _reward_source_nulled(broken[::-1])  # a late line's reward_source
+    last_gap = max(i for i, line in enumerate(broken) if line["provenance"].get("gap"))
+    broken[last_gap]["provenance"] = {**broken[last_gap]["provenance"], "gap": "x"}  # a late wrong gap
     ledger = _ledger(tmp_path, broken)
     with ledger.open("ab") as handle:
         handle.write(b"{not json\n")  # and a last line that is not JSON
@@ -801,8 +1236,15 @@ def test_ledger_recount_on_several_processes_equals_one_pass(
     parts = audit.recount_ledger(ledger, workers=workers, parallel_from_bytes=0)
 
     inputs = audit.recount_inputs(out_dir, demo.opencode_db)
-    for verdict in (audit.supervisors_verdict, audit.workers_verdict, audit.proposers_verdict):
+    for verdict in (
+        audit.supervisors_verdict,
+        audit.workers_verdict,
+        audit.proposers_verdict,
+        audit.inputs_match_verdict,
+    ):
         assert verdict(inputs, parts) == verdict(inputs, one)
+    assert parts.wrong_reward_sources == one.wrong_reward_sources == 1
+    assert parts.reward_source_problems == one.reward_source_problems != []
     assert audit.integrity_verdict(parts) == audit.integrity_verdict(one)
     assert audit.integrity_verdict(one).passed is False
     assert {name: str(error) for name, error in parts.unreadable.items()} == {
@@ -810,3 +1252,11 @@ def test_ledger_recount_on_several_processes_equals_one_pass(
     }
     assert (parts.lines, parts.parents, parts.line_problems) == (one.lines, one.parents, one.line_problems)
     assert str(one.unreadable["stats"]) == f"{ledger}:4: no field messages"
+
+
+def test_the_audit_opens_a_store_whose_path_holds_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    folder = tmp_path / os.fsdecode(b"store-\xff")
+    folder.mkdir()
+    db = write_opencode_db(folder / "opencode.db", sessions=[session("s1", "/clones/w0")])
+
+    assert audit._opencode_sessions(db, {"/clones/w0"}) == (True, {"/clones/w0": ["s1"]})

@@ -23,7 +23,7 @@ from dagster import (
 from rollout_assets import audit
 from rollout_assets.defs.assets import campaign_cells, rollout_ledger, rollout_stats
 from rollout_assets.defs.partitions import ROUNDS
-from rollout_assets.defs.resources import LedgerRoot, OpencodeDatabase, RoundsRoot
+from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
 from rollout_assets.stages import file_identity
 
 
@@ -42,11 +42,13 @@ class _RunRecounts:
         self._inputs: tuple[Any, audit.InputsRecount] | None = None
         self._ledger: tuple[Any, audit.LedgerRecount] | None = None
 
-    def inputs(self, context: AssetCheckExecutionContext, out_dir: Path, opencode_db: Path) -> audit.InputsRecount:
-        key = (context.run.run_id, str(out_dir), str(opencode_db))
+    def inputs(
+        self, context: AssetCheckExecutionContext, out_dir: Path, opencode_db: Path, claude_projects: Path
+    ) -> audit.InputsRecount:
+        key = (context.run.run_id, str(out_dir), str(opencode_db), str(claude_projects))
         if self._inputs is None or self._inputs[0] != key:
             self._inputs = None  # the previous recount is not kept alive while the next one is built
-            self._inputs = (key, audit.recount_inputs(out_dir, opencode_db))
+            self._inputs = (key, audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects))
         return self._inputs[1]
 
     def ledger(self, context: AssetCheckExecutionContext, ledger_path: Path) -> audit.LedgerRecount:
@@ -61,11 +63,15 @@ _RECOUNTS = _RunRecounts()
 
 
 def _inputs_and_ledger(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> tuple[audit.InputsRecount, audit.LedgerRecount]:
     key = context.partition_key
     return (
-        _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path),
+        _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path, claude.path),
         _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger),
     )
 
@@ -86,44 +92,63 @@ def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def every_cell_has_one_supervisor_line(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> AssetCheckResult:
     """Every campaign cell of the round has exactly one supervisor line."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
     return _result(audit.supervisors_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def every_worker_session_accounted_for(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> AssetCheckResult:
     """Every worker cwd of any result.json has a worker line; every opencode session of them appears once per cell listing its cwd."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
     return _result(audit.workers_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def every_shot_receipt_has_one_proposer_line(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> AssetCheckResult:
     """Every proposer shot receipt of the round has exactly one proposer line."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
     return _result(audit.proposers_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
 def every_line_is_its_invocation_in_order(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
+    ledger_root: LedgerRoot,
 ) -> AssetCheckResult:
     """The lines are exactly the invocations the inputs name, in ledger order: ids follow from
     the inputs and from each line's fields, run_id is the round's, supervisor and worker
-    rewards are the cell's verdict."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, ledger_root)
+    rewards are the cell's verdict; each line's role, parent, reward_source and gap are the
+    ones the inputs give it."""
+    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
     return _result(audit.inputs_match_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
-def ledger_lines_valid_and_linked(context: AssetCheckExecutionContext, ledger_root: LedgerRoot) -> AssetCheckResult:
+def ledger_lines_valid_and_linked(
+    context: AssetCheckExecutionContext, ledger_root: LedgerRoot
+) -> AssetCheckResult:
     """Every line validates, empty transcripts carry a gap reason, ids are unique, parents exist."""
     key = context.partition_key
     ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
@@ -131,8 +156,11 @@ def ledger_lines_valid_and_linked(context: AssetCheckExecutionContext, ledger_ro
 
 
 @asset_check(asset=rollout_stats, partitions_def=ROUNDS, blocking=True)
-def stats_reconcile_with_ledger(context: AssetCheckExecutionContext, ledger_root: LedgerRoot) -> AssetCheckResult:
-    """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward."""
+def stats_reconcile_with_ledger(
+    context: AssetCheckExecutionContext, ledger_root: LedgerRoot
+) -> AssetCheckResult:
+    """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward;
+    gap lines by reason = the ledger's gaps by their wording."""
     key = context.partition_key
     outputs = ledger_root.outputs(key)
     return _result(audit.stats_verdict(_RECOUNTS.ledger(context, outputs.ledger), outputs.stats), key)
@@ -140,12 +168,17 @@ def stats_reconcile_with_ledger(context: AssetCheckExecutionContext, ledger_root
 
 @asset_check(asset=campaign_cells, partitions_def=ROUNDS, blocking=False)
 def every_cell_lists_its_workers(
-    context: AssetCheckExecutionContext, rounds_root: RoundsRoot, opencode: OpencodeDatabase
+    context: AssetCheckExecutionContext,
+    rounds_root: RoundsRoot,
+    opencode: OpencodeDatabase,
+    claude: ClaudeProjects,
 ) -> AssetCheckResult:
     """Warns about cells whose workers ran but cannot be listed: result.json missing or unreadable,
     or counting spawned workers without naming their cwds."""
     key = context.partition_key
-    cells = _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path).cells_without_worker_list
+    cells = _RECOUNTS.inputs(
+        context, rounds_root.round_dir(key), opencode.db_path, claude.path
+    ).cells_without_worker_list
     return AssetCheckResult(
         passed=not cells,
         severity=AssetCheckSeverity.WARN,
