@@ -38,6 +38,10 @@ def tick(instance, root: Path, cursor: str | None) -> tuple[float, SensorResult 
     result = round_dirs_sensor(context)
     elapsed = time.perf_counter() - started
     new_cursor = result.cursor if isinstance(result, SensorResult) else context.cursor
+    if isinstance(result, SensorResult):
+        # What the daemon does with a tick's result: the next tick finds the partitions added.
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return elapsed, result, new_cursor
 
 

@@ -13,8 +13,14 @@ from dagster import Definitions, EnvVar, in_process_executor
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.jobs import materialize_round, materialize_summary
-from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
-from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
+from rollout_assets.defs.resources import (
+    ClaudeProjects,
+    LedgerRoot,
+    OpencodeDatabase,
+    RoundsRoot,
+    seconds_from_environment,
+)
+from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor, rounds_summary_automation
 from rollout_assets.defs.summary import rounds_summary
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
@@ -32,7 +38,7 @@ def build_resources() -> dict[str, object]:
         "claude": ClaudeProjects(projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)),
         "ledger_root": LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
         "round_discovery": RoundDiscovery(
-            quiet_period_seconds=int(os.environ.get("ROLLOUT_QUIET_PERIOD_SECONDS", "120"))
+            quiet_period_seconds=seconds_from_environment("ROLLOUT_QUIET_PERIOD_SECONDS", 120, minimum=0)
         ),
     }
 
@@ -48,7 +54,7 @@ defs = Definitions(
     assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, rounds_summary],
     asset_checks=ROUND_CHECKS,
     jobs=[materialize_round, materialize_summary],
-    sensors=[round_dirs_sensor],
+    sensors=[round_dirs_sensor, rounds_summary_automation],
     resources=build_resources(),
     executor=executor,
 )

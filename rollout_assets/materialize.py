@@ -16,6 +16,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -27,9 +28,10 @@ from dagster import (
     reconstructable,
 )
 
+from rollout_assets.defs.assets import FINGERPRINT_TAG
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
-from rollout_assets.defs.sensors import list_round_dirs
+from rollout_assets.defs.sensors import fingerprint_round, list_round_dirs
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets warnings.
 _QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -43,22 +45,31 @@ class _PrintLog:
         print(f"warning: {message}", file=sys.stderr)
 
 
+def _fingerprint_tags(out_dir: Path) -> dict[str, str]:
+    """The run tag the sensor gives its runs: with it, the sensor does not run these inputs again."""
+    try:
+        return {FINGERPRINT_TAG: fingerprint_round(out_dir).digest}
+    except (OSError, ValueError):  # RoundInputError included: the run fails saying why
+        return {}
+
+
 @contextmanager
-def _run_round(instance: DagsterInstance, key: str) -> Iterator[Any]:
+def _run_round(instance: DagsterInstance, key: str, out_dir: Path) -> Iterator[Any]:
     """One run of `materialize_round` for a round. On a persistent instance it is launched with
     `execute_job` on the job's executor, as `dagster dev` would; a temporary instance can only
     run it with `execute_in_process`."""
     from rollout_assets.definitions import defs, materialize_round_job
 
+    tags = _fingerprint_tags(out_dir)
     if instance.is_ephemeral:
         yield defs.resolve_job_def("materialize_round").execute_in_process(
-            partition_key=key, instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
+            partition_key=key, instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE, tags=tags
         )
         return
     with execute_job(
         reconstructable(materialize_round_job),
         instance=instance,
-        tags={"dagster/partition": key},
+        tags={"dagster/partition": key, **tags},
         run_config=_QUIET_CONSOLE,
         raise_on_error=False,
     ) as result:
@@ -131,7 +142,7 @@ def materialize_rounds(round_keys: list[str]) -> int:
             )
             failed += 1
             continue
-        with _run_round(instance, key) as result:
+        with _run_round(instance, key, found[key]) as result:
             failed += not _report_round(result, key, ledger_root)
     summary = defs.resolve_job_def("materialize_summary").execute_in_process(
         instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE

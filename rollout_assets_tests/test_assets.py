@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, MarkdownMetadataValue, instance_for_test
+from dagster import AssetSelection, DagsterInstance, MarkdownMetadataValue, instance_for_test
 
 from rollout_assets.backfill.gaps import GAP_KINDS
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
@@ -361,10 +361,111 @@ def test_a_rerun_that_fails_a_blocking_check_leaves_no_stats_of_the_old_ledger(
     metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
     assert (metadata["rounds"], metadata["rounds_without_stats"]) == (0, 1)
     assert metadata["rounds_without_stats_list"] == [ROUND]
-    assert (
-        f"1 round(s) left out, no stats (not materialized yet, or the ledger failed a blocking check): {ROUND}"
-        in messages
+    (left_out,) = [message for message in messages if "left out of the summary" in message]
+    assert left_out.startswith(
+        "1 round(s) left out of the summary (no stats: its ledger failed the blocking check(s) "
     )
+    assert "every_worker_session_accounted_for" in left_out
+    assert left_out.endswith(f"): {ROUND}")
+
+
+def test_rollout_stats_alone_refuses_a_ledger_that_failed_its_blocking_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagster import materialize
+
+    from rollout_assets.defs.assets import rollout_stats
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS, lose_a_worker_line_in_the_ledger_stage
+
+    layout = write_rounds(tmp_path / "demo")
+    resources = round_resources(layout, tmp_path / "ledgers")
+    with instance_for_test() as test_instance:
+        with monkeypatch.context() as patched:
+            lose_a_worker_line_in_the_ledger_stage(patched)
+            assert not materialize_round(test_instance, resources).success
+        # The UI's "Materialize" on rollout_stats alone: no blocking check runs before it.
+        alone = materialize(ALL_ROUND_DEFS, selection=[rollout_stats.key], partition_key=ROUND,
+                            instance=test_instance, resources=resources, raise_on_error=False)  # fmt: skip
+
+    assert not alone.success
+    failure = step_failures(alone)["rollout_stats"]
+    assert failure.startswith(f"round {ROUND}: not writing stats, its ledger failed the blocking check(s) ")
+    assert "every_worker_session_accounted_for" in failure
+    assert failure.endswith("; materialize rollout_ledger (with its checks) for this round first")
+    assert not (tmp_path / "ledgers" / ROUND / "rollout-stats.json").exists()
+
+
+def test_rollout_stats_alone_refuses_a_ledger_its_checks_have_not_evaluated(tmp_path: Path) -> None:
+    from dagster import materialize
+
+    from rollout_assets.defs.assets import rollout_ledger, rollout_stats
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
+
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    resources = round_resources(layout, tmp_path / "ledgers")
+    key = SMALL_SPEC.name
+    with instance_for_test() as test_instance:
+        assert materialize_round(test_instance, resources, key).success
+        # A new ledger, materialized without its checks (deselected in the UI's launchpad).
+        bare = materialize(ALL_ROUND_DEFS, selection=AssetSelection.assets(rollout_ledger).without_checks(),
+                           partition_key=key, instance=test_instance, resources=resources)  # fmt: skip
+        alone = materialize(ALL_ROUND_DEFS, selection=[rollout_stats.key], partition_key=key,
+                            instance=test_instance, resources=resources, raise_on_error=False)  # fmt: skip
+
+    assert bare.success and evaluations(bare) == {}
+    failure = step_failures(alone)["rollout_stats"]
+    assert failure.startswith(
+        f"round {key}: not writing stats, the blocking check(s) every_cell_has_one_supervisor_line, "
+    )
+    assert "have not been evaluated on its latest ledger" in failure
+
+
+def test_rollout_stats_alone_writes_the_stats_of_a_ledger_that_passed(tmp_path: Path) -> None:
+    from dagster import materialize
+
+    from rollout_assets.defs.assets import rollout_stats
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
+
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    resources = round_resources(layout, tmp_path / "ledgers")
+    stats = tmp_path / "ledgers" / SMALL_SPEC.name / "rollout-stats.json"
+    with instance_for_test() as test_instance:
+        assert materialize_round(test_instance, resources, SMALL_SPEC.name).success
+        written = stats.read_bytes()
+        stats.unlink()
+        alone = materialize(ALL_ROUND_DEFS, selection=[rollout_stats.key], partition_key=SMALL_SPEC.name,
+                            instance=test_instance, resources=resources)  # fmt: skip
+
+    assert alone.success
+    assert stats.read_bytes() == written
+
+
+def test_a_cost_sum_beyond_a_double_materializes_the_round_with_an_unknown_cost(tmp_path: Path) -> None:
+    from dagster import materialize
+
+    from rollout_assets.defs.summary import rounds_summary
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
+
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    cells = sorted((layout.rounds_root / SMALL_SPEC.name).glob("improve-run/**/cached-result.json"))
+    for cell in cells[:2]:  # 1e308 twice is beyond a double
+        record = json.loads(cell.read_text())
+        record["costUsd"] = 1e308
+        cell.write_text(json.dumps(record))
+    resources = round_resources(layout, tmp_path / "ledgers")
+    with instance_for_test() as test_instance:
+        result = materialize_round(test_instance, resources, SMALL_SPEC.name)
+        summary = materialize([*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key],
+                              instance=test_instance, resources=resources)  # fmt: skip
+
+    assert result.success, step_failures(result)
+    stats = json.loads((tmp_path / "ledgers" / SMALL_SPEC.name / "rollout-stats.json").read_text())
+    assert stats["costUsdByRole"]["supervisor"]["usd"] is None
+    table = metadata_values(materializations(result)["rollout_stats"].metadata)["stats"]
+    assert any(line.startswith("| supervisor |") and line.endswith("| — |") for line in table.splitlines())
+    assert summary.success
+    row = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert row["rounds"] == 1
 
 
 def test_missing_opencode_db_still_materializes_with_gap_lines(tmp_path: Path) -> None:

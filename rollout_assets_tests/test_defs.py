@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagster import AssetKey, DefaultSensorStatus, Definitions, EnvVar
+from dagster import AssetKey, AutomationCondition, DefaultSensorStatus, Definitions, EnvVar
 
 import rollout_assets.definitions as definitions_module
 from rollout_assets.defs.partitions import ROUNDS, InvalidRoundKey, round_key_problem, validate_round_key
@@ -183,6 +183,24 @@ def test_round_sensor_runs_by_default_and_targets_the_round_job(defs: Definition
     assert sensor.job_name == "materialize_round"
 
 
+def test_summary_automation_sensor_runs_by_default_and_covers_only_the_summary(defs: Definitions) -> None:
+    sensor = defs.resolve_sensor_def("rounds_summary_automation")
+
+    # Dagster's default automation sensor starts stopped; this one does not.
+    assert sensor.default_status == DefaultSensorStatus.RUNNING
+    assert sensor.asset_selection.resolve(defs.resolve_asset_graph()) == {AssetKey("rounds_summary")}
+
+
+def test_summary_automation_is_eager_without_waiting_for_rounds_without_stats(defs: Definitions) -> None:
+    condition = defs.resolve_asset_graph().get(AssetKey("rounds_summary")).automation_condition
+    eager = AutomationCondition.eager()
+
+    assert ~AutomationCondition.any_deps_missing() in eager.children
+    assert condition.children == [
+        child for child in eager.children if child != ~AutomationCondition.any_deps_missing()
+    ]
+
+
 def test_checks_are_exactly_the_six_on_their_assets(defs: Definitions) -> None:
     keys = defs.resolve_asset_graph().asset_check_keys
     assert {(key.name, key.asset_key.to_user_string()) for key in keys} == {
@@ -276,6 +294,34 @@ def test_sensor_interval_comes_from_the_environment(value: str | None, expected:
     )
 
     assert completed.stdout == f"{expected}\n", completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "minimum", "default"),
+    [("ROLLOUT_SENSOR_INTERVAL_SECONDS", 1, 60), ("ROLLOUT_QUIET_PERIOD_SECONDS", 0, 120)],
+)
+@pytest.mark.parametrize("value", ["2m", "1.5", "-3"])
+def test_a_seconds_variable_that_is_no_whole_number_stops_loading_with_one_sentence(
+    variable: str, minimum: int, default: int, value: str
+) -> None:
+    env = {key: val for key, val in os.environ.items() if not key.startswith("ROLLOUT_")}
+    env[variable] = value
+
+    completed = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", "import rollout_assets.definitions"],
+        check=False, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
+    )  # fmt: skip
+
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines()[-1] == (
+        f"rollout_assets.defs.resources.ConfigurationError: {variable}={value!r} is not a whole number of seconds "
+        f"of at least {minimum}: set it to one (for example {default}, the default) or unset it"
+    )
+
+
+def test_an_empty_seconds_variable_means_the_default(load_definitions: Callable[..., Definitions]) -> None:
+    resources = load_definitions(ROLLOUT_QUIET_PERIOD_SECONDS="").resources
+    assert resources["round_discovery"].quiet_period_seconds == 120
 
 
 # ---------------------------------------------------------------------------

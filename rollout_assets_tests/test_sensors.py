@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -82,18 +83,25 @@ class Tick:
 def tick(
     rounds_root: Path, *, cursor: str | None = None, instance: DagsterInstance | None = None, quiet: int = 0
 ) -> Tick:
-    """One direct evaluation of the sensor (requests are returned, not applied to the instance)."""
+    """One direct evaluation of the sensor. Its partition requests are applied to the instance,
+    as the daemon does (run requests are only returned). Without an instance, a new one holding
+    the partitions of the rounds the cursor names: the tick that wrote the cursor added them."""
+    if instance is None:
+        instance = DagsterInstance.ephemeral()
+        if cursor:
+            instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, list(json.loads(cursor).get("rounds", {})))
     resources = {
         "rounds_root": RoundsRoot(root_dir=str(rounds_root)),
         "round_discovery": RoundDiscovery(quiet_period_seconds=quiet),
     }
-    with build_sensor_context(
-        instance=instance or DagsterInstance.ephemeral(), cursor=cursor, resources=resources
-    ) as context:
+    with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
         recorder = Recorder()
         context.log.addHandler(recorder)
         result = round_dirs_sensor(context)
         new_cursor = result.cursor if isinstance(result, SensorResult) else context.cursor
+    if isinstance(result, SensorResult):
+        for request in result.dynamic_partitions_requests:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return Tick(result, new_cursor, recorder.messages)
 
 
@@ -505,6 +513,66 @@ def test_unreadable_folders_do_not_stop_the_tick(fresh: DemoLayout) -> None:
 # ---------------------------------------------------------------------------
 
 
+def test_a_round_the_round_reader_refuses_is_requested_once_so_its_run_says_why(fresh: DemoLayout) -> None:
+    improve = fresh.rounds_root / ROUND / "improve-run"
+    shutil.copytree(improve / "gen-0", improve / "gen-00")  # two folders of campaign gen 0
+    age(fresh.root, 3600)
+    instance = DagsterInstance.ephemeral()
+
+    first = tick(fresh.rounds_root, instance=instance)
+    second = tick(fresh.rounds_root, cursor=first.cursor, instance=instance)
+
+    assert [partition for partition, _ in first.requested] == [ROUND]
+    (warning,) = first.warnings()
+    assert warning.startswith(f"round {ROUND} cannot be read as it is: ")
+    assert f"{improve / 'gen-0'}" in warning and f"{improve / 'gen-00'}" in warning
+    assert second.result == SkipReason("no new or changed rounds")
+
+
+def test_a_partition_deleted_while_its_directory_stays_is_added_again_without_a_run(demo: DemoLayout) -> None:
+    instance = DagsterInstance.ephemeral()
+    first = tick(demo.rounds_root, instance=instance)
+    instance.delete_dynamic_partition(ROUNDS_PARTITIONS_NAME, SMALL)
+
+    second = tick(demo.rounds_root, cursor=first.cursor, instance=instance)
+
+    assert isinstance(second.result, SensorResult)
+    assert second.result.run_requests == []
+    assert second.result.dynamic_partitions_requests == [
+        AddDynamicPartitionsRequest(ROUNDS_PARTITIONS_NAME, [SMALL])
+    ]
+    assert instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME) == [ROUND, SMALL]
+    assert second.cursor == first.cursor
+
+
+@pytest.mark.slow
+def test_a_round_the_materialize_command_ran_is_not_run_again_until_it_changes(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_DIR / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
+    env.update(DAGSTER_HOME=str(home), **layout.environment(tmp_path / "ledgers"))
+
+    # What demo.sh does before the UI starts.
+    completed = subprocess.run(
+        [str(VENV_BIN / "rollout-assets"), "materialize"], check=False, cwd=PROJECT_DIR, env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+
+    digest = fingerprint(layout.rounds_root / SMALL)
+    with DagsterInstance.from_config(str(home)) as instance:
+        first = tick(layout.rounds_root, instance=instance)
+        rewrite(layout.rounds_root / SMALL / "improve-run" / "loop-provenance.json")
+        changed = tick(layout.rounds_root, cursor=first.cursor, instance=instance)
+
+    # The sensor's first tick knows the round's inputs were materialized: no second run of them.
+    assert first.result == SkipReason("no new or changed rounds")
+    assert json.loads(first.cursor)["rounds"] == {SMALL: digest}
+    assert [partition for partition, _ in changed.requested] == [SMALL]
+
+
 def test_cursor_carries_every_round_across_ticks(demo: DemoLayout) -> None:
     first = tick(demo.rounds_root)
 
@@ -667,6 +735,14 @@ def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
         assert _check_results(instance, first.run_id) == dict.fromkeys(CHECK_NAMES, (True, ROUND))
         assert (ledger_root / ROUND / "rollout-ledger.jsonl").is_file()
         assert instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME) == [ROUND]
+        # The summary follows by itself: its automation sensor is on from the start.
+        _wait_for(
+            "the summary to be materialized",
+            lambda: instance.get_latest_materialization_event(AssetKey("rounds_summary")),
+            90,
+            server.log,
+        )
+        assert (ledger_root / "rounds-summary.parquet").is_file()
 
         result_json = edge_case_sites(layout.root, ROUND_SPEC)["non_ascii_text"].run_dir / "result.json"
         temp = result_json.with_name("result.json.tmp")

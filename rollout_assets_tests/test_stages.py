@@ -154,6 +154,20 @@ def test_stats_stage_takes_the_ledger_stage_counters_when_the_ledger_is_unchange
     assert json.loads(staged.stats.read_text())["proposerShotsMissed"] == 12345
 
 
+def test_ledger_stage_does_not_fail_once_its_ledger_is_in_place(staged: RoundOutputs) -> None:
+    # The counters beside the ledger are a shortcut for rollout_stats: when they cannot be
+    # written (here a folder holds their name), the new ledger stands and the stats recount it.
+    stats_before = staged.stats.read_bytes()
+    staged.ledger_stats.unlink()
+    staged.ledger_stats.mkdir()
+
+    counted = write_rollout_ledger(staged)
+    write_rollout_stats(staged)
+
+    assert counted.lines == len(staged.ledger.read_bytes().splitlines())
+    assert staged.stats.read_bytes() == stats_before
+
+
 def test_manifest_kept_rows_give_the_json_of_a_manifest_read_again(tmp_path: Path) -> None:
     """The manifest stage keeps each cell's row while reading instead of reading every cell
     twice; the JSON must be the same, on every demo round (round-003's cells are out of order)."""

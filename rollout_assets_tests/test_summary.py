@@ -2,6 +2,7 @@
 
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -11,14 +12,17 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from dagster import instance_for_test, materialize
+from dagster import Definitions, evaluate_automation_conditions, instance_for_test, materialize
 
+from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
+from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.summary import rounds_summary
-from rollout_assets.summary import SUMMARY_COLUMNS, build_rounds_summary, markdown_table
+from rollout_assets.summary import SUMMARY_COLUMNS, build_rounds_summary, markdown_table, write_parquet_atomic
 from rollout_assets_tests.dagster_rounds import (
     ALL_ROUND_DEFS,
     ROUND_SPEC,
     SMALL_SPEC,
+    lose_a_worker_line_in_the_ledger_stage,
     materialize_round,
     metadata_values,
     read_jsonl,
@@ -142,6 +146,117 @@ def test_a_round_named_like_the_summary_file_is_refused_and_the_summary_still_wr
     assert skipped == [
         f"skipping {rounds_root / 'rounds-summary.parquet'}: {round_key_problem('rounds-summary.parquet')}"
     ]
+
+
+# ---------------------------------------------------------------------------
+# Automation: the summary follows the rounds' stats
+# ---------------------------------------------------------------------------
+
+
+def test_the_summary_is_requested_after_a_rounds_stats_while_other_rounds_have_none(
+    demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resources = round_resources(demo, tmp_path / "ledgers")
+    defs = Definitions(assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, rounds_summary], asset_checks=ROUND_CHECKS,
+                       resources=resources)
+    with instance_for_test() as instance:
+        # A round added by the sensor and not run yet ...
+        instance.add_dynamic_partitions("rounds", ["round-003"])
+        first = evaluate_automation_conditions(defs=defs, instance=instance)
+        # ... and one whose ledger failed a blocking check: neither has stats, nor will soon.
+        with monkeypatch.context() as patched:
+            lose_a_worker_line_in_the_ledger_stage(patched)
+            assert not materialize_round(instance, resources, SMALL_SPEC.name).success
+        assert materialize_round(instance, resources, ROUND_SPEC.name).success
+        second = evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+
+    assert first.total_requested == 0
+    assert second.total_requested == 1
+    assert second.get_num_requested(rounds_summary.key) == 1
+
+
+def test_a_ledger_materialized_again_alone_leaves_the_round_out_as_stats_out_of_date(demo, tmp_path: Path) -> None:
+    from rollout_assets.defs.assets import rollout_ledger
+
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(demo, ledger_root)
+    with instance_for_test() as instance:
+        assert materialize_round(instance, resources, SMALL_SPEC.name).success
+        # The UI's "Materialize" on rollout_ledger alone: its checks run with it, rollout_stats does not.
+        alone = materialize(ALL_ROUND_DEFS, selection=[rollout_ledger.key], partition_key=SMALL_SPEC.name,
+                            instance=instance, resources=resources)
+        summary = materialize_summary(instance, resources)
+        messages = [entry.user_message for entry in instance.all_logs(summary.run_id)]
+
+    assert alone.success
+    assert not (ledger_root / SMALL_SPEC.name / "rollout-stats.json").exists()
+    reason = "stats out of date: its ledger was materialized again without rollout_stats; materialize rollout_stats"
+    assert f"1 round(s) left out of the summary ({reason}): {SMALL_SPEC.name}" in messages
+    metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert metadata["rounds_without_stats_reasons"] == {SMALL_SPEC.name: reason}
+
+
+def _write_summaries(path: Path, tag: str, times: int) -> None:
+    frame = pd.DataFrame([{column: f"{tag}-{i}" if column == "round" else i for column in SUMMARY_COLUMNS}
+                          for i in range(5000)], columns=SUMMARY_COLUMNS)  # fmt: skip
+    for _ in range(times):
+        write_parquet_atomic(frame, path)
+
+
+def test_two_summaries_written_at_once_never_fail_nor_leave_a_torn_file(tmp_path: Path) -> None:
+    path = tmp_path / "rounds-summary.parquet"
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_write_summaries, args=(path, tag, 30)) for tag in ("a", "b")]
+    for writer in writers:
+        writer.start()
+    torn = 0
+    while any(writer.is_alive() for writer in writers):
+        try:
+            pd.read_parquet(path)
+        except FileNotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 - any other error is a torn file
+            torn += 1
+    for writer in writers:
+        writer.join()
+
+    assert [writer.exitcode for writer in writers] == [0, 0]
+    assert torn == 0
+    assert len(pd.read_parquet(path)) == 5000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rounds-summary.parquet"]
+
+
+def test_a_cost_sum_beyond_a_double_is_an_unknown_cost_not_a_crash(tmp_path: Path) -> None:
+    from rollout_assets.defs.assets import stats_table
+    from rollout_assets.stages import RoundOutputs
+
+    stats = {"lines": 2, "byRole": {"supervisor": 1, "proposer": 1}, "gapLines": 0, "rewardLabeled": 1,
+             "opencodeDbAvailable": True, "byGapReason": {},
+             "rewardByRole": {"supervisor": {"labeled": 1, "mean": None}},
+             "costUsdByRole": {"supervisor": {"usd": None, "linesWithCost": 1},
+                               "proposer": {"usd": 1.5, "linesWithCost": 1}}}  # fmt: skip
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "rollout-stats.json").write_text(json.dumps(stats))
+
+    frame, _ = build_rounds_summary([("a", RoundOutputs(tmp_path / "a"))])
+
+    assert frame.to_dict("records")[0]["cost_usd"] is None
+    assert "| supervisor | 1 | 1 | — | — |" in stats_table(stats).splitlines()
+    assert "| proposer | 1 | 0 | — | 1.5000 |" in stats_table(stats).splitlines()
+
+
+def test_an_unreadable_stats_file_fails_the_summary_naming_it(demo, tmp_path: Path) -> None:
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(demo, ledger_root)
+    with instance_for_test() as instance:
+        assert materialize_round(instance, resources, SMALL_SPEC.name).success
+        stats = ledger_root / SMALL_SPEC.name / "rollout-stats.json"
+        stats.write_text("{not json")
+        result = materialize_summary(instance, resources)
+
+    assert step_failures(result)["rounds_summary"].startswith(
+        f"{stats} cannot be read as the stats of round {SMALL_SPEC.name} (JSONDecodeError: "
+    )
 
 
 # ---------------------------------------------------------------------------

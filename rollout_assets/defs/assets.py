@@ -6,17 +6,23 @@ root), so no transcript is ever pickled or held by Dagster.
 """
 
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from dagster import (
+    AssetCheckKey,
     AssetExecutionContext,
+    AssetRecordsFilter,
     AssetSpec,
+    DagsterInstance,
     Failure,
     MaterializeResult,
     MetadataValue,
     asset,
 )
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from rollout_assets.backfill import BackfillStats
 from rollout_assets.backfill.gaps import GAP_KINDS
@@ -45,6 +51,11 @@ from rollout_assets.stages import (
 ROUNDS_GROUP = "rounds"
 SOURCES_GROUP = "sources"
 OWNERS = ["team:rollouts"]
+# The fingerprint of the round's inputs a run was started for (`round_dirs_sensor`,
+# `rollout-assets materialize`), as a run tag; `rollout_stats` records it as metadata, so the
+# sensor knows which inputs were already materialized.
+FINGERPRINT_TAG = "rollout/fingerprint"
+FINGERPRINT_METADATA = "input_fingerprint"
 
 # -- external inputs: shown in lineage, never materialized here -------------------
 
@@ -322,14 +333,83 @@ def rollout_ledger(
     )
 
 
+_COMPLETED = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
+
+
+@dataclass(frozen=True)
+class LedgerChecks:
+    """What the instance recorded about the blocking checks of a round's latest ledger."""
+
+    materialized: bool  # the round has a rollout_ledger materialization
+    failed: tuple[str, ...]  # blocking checks whose evaluation of that ledger failed
+    not_evaluated: tuple[str, ...]  # blocking checks not (yet) evaluated on that ledger
+
+    @property
+    def passed(self) -> bool:
+        return self.materialized and not self.failed and not self.not_evaluated
+
+    def problem(self) -> str:
+        """Why the ledger is not known to pass its blocking checks, as part of a sentence."""
+        if not self.materialized:
+            return "its ledger is not materialized yet"
+        if self.failed:
+            return f"its ledger failed the blocking check(s) {', '.join(self.failed)}"
+        return f"the blocking check(s) {', '.join(self.not_evaluated)} have not been evaluated on its latest ledger"
+
+
+def _blocking_ledger_checks() -> list[AssetCheckKey]:
+    # Imported here: the checks module imports this one for the assets it checks.
+    from rollout_assets.defs.checks import ROUND_CHECKS
+
+    keys = [spec.key for checks in ROUND_CHECKS for spec in checks.check_specs if spec.blocking]
+    return sorted((key for key in keys if key.asset_key == rollout_ledger.key), key=lambda key: key.name)
+
+
+def _ledger_materialized(instance: DagsterInstance, round_key: str) -> bool:
+    records_filter = AssetRecordsFilter(asset_key=rollout_ledger.key, asset_partitions=[round_key])
+    return bool(instance.fetch_materializations(records_filter, limit=1).records)
+
+
+def ledger_checks(instance: DagsterInstance, round_keys: Iterable[str]) -> dict[str, LedgerChecks]:
+    """The blocking checks of each round's latest `rollout_ledger` materialization, as the
+    instance recorded them: one query per check for all the rounds, and one per round that
+    no check evaluated."""
+    round_keys = list(round_keys)
+    if not round_keys:
+        return {}
+    blocking = _blocking_ledger_checks()
+    recorded = instance.event_log_storage.get_asset_check_partition_info(blocking, partition_keys=round_keys)
+    infos = {(info.partition_key, info.check_key): info for info in recorded}
+    checks: dict[str, LedgerChecks] = {}
+    for key in round_keys:
+        found = [infos[key, check] for check in blocking if (key, check) in infos]
+        # An evaluation's record knows the ledger's latest materialization; without one, ask.
+        if found:
+            materialized = any(info.latest_materialization_storage_id is not None for info in found)
+        else:
+            materialized = _ledger_materialized(instance, key)
+        failed, not_evaluated = [], []
+        for check in blocking:
+            info = infos.get((key, check))
+            # Evaluated means: on the ledger's latest materialization, not on an earlier one.
+            if info is None or not info.is_current or info.latest_execution_status not in _COMPLETED:
+                not_evaluated.append(check.name)
+            elif info.latest_execution_status != AssetCheckExecutionRecordStatus.SUCCEEDED:
+                failed.append(check.name)
+        checks[key] = LedgerChecks(materialized, tuple(failed), tuple(not_evaluated))
+    return checks
+
+
 def stats_table(stats: dict[str, Any]) -> str:
     """The counters as Markdown: one table per role, one per gap reason, then the rest."""
     rewards, costs = stats["rewardByRole"], stats["costUsdByRole"]
     lines = ["| role | lines | rewards labeled | mean reward | cost USD |", "|---|---|---|---|---|"]
     for role, count in stats["byRole"].items():
         reward = rewards.get(role)
-        mean = f"{reward['mean']:.3f}" if reward else "—"
-        cost = f"{costs[role]['usd']:.4f}" if role in costs else "—"
+        # A sum that overflowed is stored as null: shown as a dash, like a missing one.
+        mean = f"{reward['mean']:.3f}" if reward and reward["mean"] is not None else "—"
+        usd = costs.get(role, {}).get("usd")
+        cost = f"{usd:.4f}" if usd is not None else "—"
         lines.append(f"| {role} | {count} | {reward['labeled'] if reward else 0} | {mean} | {cost} |")
     lines += ["", "| gap reason | lines |", "|---|---|"]
     lines += [f"| {kind} | {count} |" for kind, count in stats["byGapReason"].items()]
@@ -358,9 +438,30 @@ def rollout_stats(
         outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
-    stats = write_rollout_stats(outputs)
+    # In a run of the round the blocking checks stop this step when they fail; selected alone
+    # (the UI's "Materialize" on this asset), nothing does, so the recorded verdicts are asked.
+    checks = ledger_checks(context.instance, [key])[key]
+    if not checks.passed:
+        raise Failure(
+            description=f"round {key}: not writing stats, {checks.problem()}; "
+            "materialize rollout_ledger (with its checks) for this round first",
+            metadata={
+                "round": key,
+                "failed_checks": list(checks.failed),
+                "not_evaluated_checks": list(checks.not_evaluated),
+            },
+        )
+    try:
+        stats = write_rollout_stats(outputs)
+    except (OSError, ValueError) as error:
+        raise Failure(
+            description=f"round {key}: the stats of {outputs.ledger} cannot be written: {error}",
+            metadata={"round": key, "error": type(error).__name__},
+        ) from error
     as_json = stats.to_json()
+    fingerprint = context.run.tags.get(FINGERPRINT_TAG)
     metadata: dict[str, Any] = {
+        **({FINGERPRINT_METADATA: fingerprint} if fingerprint else {}),
         "path": _path(outputs.stats),
         "lines": stats.lines,
         "full_transcripts": stats.full_transcripts,

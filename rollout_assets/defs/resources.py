@@ -18,6 +18,7 @@ opencode store, is refused before anything is written (`LedgerRoot.check_apart_f
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from dagster import ConfigurableResource
@@ -29,6 +30,24 @@ from rollout_assets.stages import RoundOutputs
 
 class ConfigurationError(RuntimeError):
     """A resource points at something unusable; the message says which variable to set."""
+
+
+def seconds_from_environment(variable: str, default: int, minimum: int) -> int:
+    """A whole number of seconds from `variable`, or `default` when it is unset or empty.
+
+    Read when the definitions load, so anything else stops the code location with one sentence
+    naming the variable, its value and what is allowed, rather than running with a value
+    the user did not ask for.
+    """
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    if re.fullmatch(r"[0-9]+", raw) and int(raw) >= minimum:
+        return int(raw)
+    raise ConfigurationError(
+        f"{variable}={raw!r} is not a whole number of seconds of at least {minimum}: set it to one "
+        f"(for example {default}, the default) or unset it"
+    )
 
 
 def _absolute(path: str) -> Path:

@@ -12,7 +12,11 @@ from stat import S_ISDIR, S_ISREG
 from dagster import (
     AssetKey,
     AssetObservation,
+    AssetRecordsFilter,
+    AssetSelection,
+    AutomationConditionSensorDefinition,
     ConfigurableResource,
+    DagsterInstance,
     DefaultSensorStatus,
     RunRequest,
     SensorEvaluationContext,
@@ -21,13 +25,16 @@ from dagster import (
     sensor,
 )
 
+from rollout_assets.defs.assets import FINGERPRINT_METADATA, FINGERPRINT_TAG, rollout_stats
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
-from rollout_assets.defs.resources import RoundsRoot, is_round_dir
+from rollout_assets.defs.resources import RoundsRoot, is_round_dir, seconds_from_environment
+from rollout_assets.defs.summary import rounds_summary
 from rollout_assets.sources.jsonfiles import string_or_none
 from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
 
-SENSOR_INTERVAL_SECONDS = int(os.environ.get("ROLLOUT_SENSOR_INTERVAL_SECONDS", "60"))
+SENSOR_INTERVAL_SECONDS = seconds_from_environment("ROLLOUT_SENSOR_INTERVAL_SECONDS", 60, minimum=1)
+
 
 class RoundDiscovery(ConfigurableResource):
     """How the sensor waits for a round to settle before materializing it."""
@@ -144,6 +151,29 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
     return RoundFingerprint(digest.hexdigest()[:16], present, cells, receipts, newest, tuple(folders))
 
 
+def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> RoundFingerprint:
+    """The fingerprint of a round the round reader refuses (two folders of one campaign, say):
+    the error itself, which names the files. Its run fails saying so; the round runs again
+    once the error changes or the round can be read."""
+    digest = hashlib.sha256(f"unreadable\0{error}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    improve = out_dir / "improve-run"
+    folders = (out_dir, improve, *(improve / name for name in _listdir(improve)))
+    return RoundFingerprint(digest, 0, 0, 0, 0.0, folders)
+
+
+def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str | None:
+    """The input fingerprint recorded by the latest `rollout_stats` materialization of a round:
+    the inputs its last run that passed the checks read (sensor runs and `rollout-assets
+    materialize` runs record it; a run started in the UI does not)."""
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=rollout_stats.key, asset_partitions=[round_key]), limit=1
+    ).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    entry = records[0].asset_materialization.metadata.get(FINGERPRINT_METADATA)
+    return entry.value if entry is not None and isinstance(entry.value, str) else None
+
+
 def list_round_dirs(root: Path, log) -> dict[str, Path]:
     """Valid round directories under the root by partition key; anything else is logged and skipped."""
     rounds: dict[str, Path] = {}
@@ -190,7 +220,12 @@ def round_dirs_sensor(
       request) gets a run with run key `<round>:<fingerprint>:<n>`, n counting the round's
       requests, and an observation of its `round_outdir` (file counts, fingerprint), once
       its newest input file, campaign folder, cell folder or proposer-shots folder is older
-      than the quiet period; a round still being written waits.
+      than the quiet period; a round still being written waits. A round whose latest
+      `rollout_stats` materialization records its current fingerprint (materialized by
+      `rollout-assets materialize`, say) is not requested again.
+    - A round the round reader refuses (e.g. two folders of one campaign) is requested all the
+      same, once per distinct error, so its run fails saying which files are wrong.
+    - A round whose partition was deleted while its directory stays gets its partition back.
     - A round whose directory disappeared keeps its partition and ledger; the log says so.
     - The cursor is JSON `{"rounds": {round: fingerprint last requested}, "requests": {round:
       n}, "missing": [...]}`, so a restart neither re-runs unchanged rounds nor misses changed ones.
@@ -204,15 +239,32 @@ def round_dirs_sensor(
     request_counts: dict[str, int] = dict(cursor.get("requests", {}))
     previously_missing = set(cursor.get("missing", []))
     found = list_round_dirs(rounds_root.path, context.log)
+    # One query for every partition, not one per round and tick.
+    partitions = set(context.instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME))
     now = time.time()
-    run_requests, observations, new_keys, waiting = [], [], [], []
+    run_requests, observations, new_keys, waiting, readded = [], [], [], [], []
     for key, out_dir in found.items():
         try:
             fingerprint = fingerprint_round(out_dir)
-        except (OSError, ValueError, RoundInputError) as error:  # unreadable, vanished mid-scan, or unnameable
+        except RoundInputError as error:
+            # Evidence the round reader refuses: skipping would hide the round for ever, so
+            # its run is requested and fails saying which files are wrong.
+            context.log.warning(f"round {key} cannot be read as it is: {error}")
+            fingerprint = unreadable_round_fingerprint(out_dir, error)
+        except (OSError, ValueError) as error:  # unreadable, vanished mid-scan, or unnameable
             context.log.warning(f"skipping round {key}: {error}")
             continue
-        if requested.get(key) == fingerprint.digest:
+        has_partition = key in partitions
+        unchanged = requested.get(key) == fingerprint.digest
+        # Another run (`rollout-assets materialize`, say) may have materialized these inputs already.
+        if not unchanged and has_partition and materialized_fingerprint(context.instance, key) == fingerprint.digest:
+            requested[key] = fingerprint.digest
+            unchanged = True
+        if unchanged:
+            if not has_partition:
+                # Deleted in the UI while its directory stays: the round comes back, without a run.
+                new_keys.append(key)
+                readded.append(key)
             continue
         last_written = fingerprint.last_written()
         age = now - last_written
@@ -226,14 +278,14 @@ def round_dirs_sensor(
         elif age < round_discovery.quiet_period_seconds:
             waiting.append(key)
             continue
-        if not context.instance.has_dynamic_partition(ROUNDS_PARTITIONS_NAME, key):
+        if not has_partition:
             new_keys.append(key)
         request_counts[key] = request_counts.get(key, 0) + 1
         run_requests.append(
             RunRequest(
                 partition_key=key,
                 run_key=f"{key}:{fingerprint.digest}:{request_counts[key]}",
-                tags={"rollout/fingerprint": fingerprint.digest},
+                tags={FINGERPRINT_TAG: fingerprint.digest},
             )
         )
         observations.append(
@@ -256,10 +308,12 @@ def round_dirs_sensor(
         context.log.warning(f"round {key}: directory disappeared; its partition and ledger are left in place")
     for key in waiting:
         context.log.info(f"round {key}: inputs changed less than {round_discovery.quiet_period_seconds} s ago; waiting")
+    for key in readded:
+        context.log.info(f"round {key}: its partition was deleted while its directory stays; adding it again")
     new_cursor = json.dumps(
         {"rounds": requested, "requests": request_counts, "missing": missing}, sort_keys=True
     )
-    if not run_requests:
+    if not run_requests and not new_keys:
         context.update_cursor(new_cursor)
         reason = "no new or changed rounds" + (f"; {len(waiting)} still settling" if waiting else "")
         return SkipReason(reason)
@@ -269,3 +323,14 @@ def round_dirs_sensor(
         asset_events=observations,
         cursor=new_cursor,
     )
+
+
+# Dagster's own automation sensor is stopped until someone turns it on in the UI, and the
+# summary is the one asset with an automation condition: this one runs from the start.
+rounds_summary_automation = AutomationConditionSensorDefinition(
+    "rounds_summary_automation",
+    target=AssetSelection.assets(rounds_summary),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
+    description="Rebuilds rounds_summary after any round's rollout_stats is materialized.",
+)

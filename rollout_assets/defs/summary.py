@@ -9,7 +9,7 @@ from dagster import (
     asset,
 )
 
-from rollout_assets.defs.assets import OWNERS, rollout_stats
+from rollout_assets.defs.assets import OWNERS, ledger_checks, rollout_stats
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME, round_key_problem
 from rollout_assets.defs.resources import (
     ClaudeProjects,
@@ -18,10 +18,19 @@ from rollout_assets.defs.resources import (
     OpencodeDatabase,
     RoundsRoot,
 )
-from rollout_assets.summary import build_rounds_summary, markdown_table, write_parquet_atomic
+from rollout_assets.summary import StatsFileError, build_rounds_summary, markdown_table, write_parquet_atomic
 
 SUMMARY_GROUP = "summary"
 _NAMES_LOGGED = 20
+
+# Eager, except that a round without stats does not hold the summary back: `eager()` waits
+# while any dependency is missing, and a partition of rollout_stats that is new, or whose
+# ledger failed a blocking check, stays missing. Such rounds are left out of the summary.
+SUMMARY_AUTOMATION = (
+    AutomationCondition.eager()
+    .without(~AutomationCondition.any_deps_missing())
+    .with_label("eager, rounds without stats left out")
+)
 
 
 def _names(keys: list[str]) -> str:
@@ -29,12 +38,35 @@ def _names(keys: list[str]) -> str:
     return shown + (f" and {len(keys) - _NAMES_LOGGED} more" if len(keys) > _NAMES_LOGGED else "")
 
 
+def _why_without_stats(context: AssetExecutionContext, rounds: list[str]) -> dict[str, str]:
+    """Why each round has no stats file, from what the instance recorded of its ledger."""
+    checks = ledger_checks(context.instance, rounds)
+    reasons = {}
+    for key in rounds:
+        if checks[key].passed:
+            # Its ledger was materialized again (and passed) without rollout_stats, which
+            # rollout_ledger removes the stats for; the lineage shows rollout_stats stale.
+            reasons[key] = (
+                "stats out of date: its ledger was materialized again without rollout_stats; materialize rollout_stats"
+            )
+        else:
+            reasons[key] = f"no stats: {checks[key].problem()}"
+    return reasons
+
+
+def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for key, reason in reasons.items():
+        grouped.setdefault(reason, []).append(key)
+    return grouped
+
+
 @asset(
     deps=[rollout_stats],
     group_name=SUMMARY_GROUP,
     kinds={"python", "pandas", "parquet"},
     owners=OWNERS,
-    automation_condition=AutomationCondition.eager(),
+    automation_condition=SUMMARY_AUTOMATION,
 )
 def rounds_summary(
     context: AssetExecutionContext,
@@ -59,14 +91,21 @@ def rounds_summary(
         else:
             invalid_keys.append(key)
             context.log.warning(f"partition {key!r} left out of the summary: {problem}")
-    frame, without_stats = build_rounds_summary((key, ledger_root.outputs(key)) for key in keys)
-    if without_stats:
-        context.log.info(
-            f"{len(without_stats)} round(s) left out, no stats (not materialized yet, or the ledger failed "
-            f"a blocking check): {_names(without_stats)}"
-        )
     path = ledger_root.path / SUMMARY_FILE_NAME
-    write_parquet_atomic(frame, path)
+    try:
+        frame, without_stats = build_rounds_summary((key, ledger_root.outputs(key)) for key in keys)
+        write_parquet_atomic(frame, path)
+    except StatsFileError as error:
+        raise Failure(description=str(error), metadata={"error": type(error).__name__}) from error
+    except OSError as error:
+        raise Failure(
+            description=f"the rounds summary {path} cannot be written ({error}): "
+            "set ROLLOUT_LEDGER_ROOT to a folder this process may write",
+            metadata={"error": type(error).__name__},
+        ) from error
+    reasons = _why_without_stats(context, without_stats)
+    for reason, rounds in sorted(_grouped(reasons).items()):
+        context.log.info(f"{len(rounds)} round(s) left out of the summary ({reason}): {_names(rounds)}")
     total_lines = int(frame["lines"].sum()) if len(frame) else 0
     total_gaps = int(frame["gap_lines"].sum()) if len(frame) else 0
     return MaterializeResult(
@@ -75,6 +114,7 @@ def rounds_summary(
             "rounds": len(frame),
             "rounds_without_stats": len(without_stats),
             "rounds_without_stats_list": MetadataValue.json(without_stats),
+            "rounds_without_stats_reasons": MetadataValue.json(reasons),
             "invalid_partition_keys": MetadataValue.json(invalid_keys),
             "lines": total_lines,
             "gap_rate": total_gaps / total_lines if total_lines else 0.0,
