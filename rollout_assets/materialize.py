@@ -28,7 +28,7 @@ from dagster import (
     reconstructable,
 )
 
-from rollout_assets.defs.assets import FINGERPRINT_TAG
+from rollout_assets.defs.assets import FINGERPRINT_TAG, rollout_ledger
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.defs.sensors import fingerprint_round, list_round_dirs
@@ -101,10 +101,27 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
         else:
             verdict = "FAILED"
         print(f"  check {evaluation.check_name}: {verdict}")
+    checks_failed = False
+    for evaluation in result.get_asset_check_evaluations():
+        checks_failed |= not evaluation.passed and evaluation.severity.value != "WARN"
+    ledger_written = False
     for event in result.all_events:
         if event.is_step_failure:
-            print(f"  step {event.step_key} failed: {event.event_specific_data.error.message.strip()}")
-    print(f"  ledger: {outputs.ledger}")
+            error = event.event_specific_data.error
+            message = error.message.strip()
+            if error.cls_name == "Failure":  # our one-sentence failures: the sentence, not the class
+                message = message.split(": ", 1)[-1]
+            print(f"  step {event.step_key} failed: {message}")
+        ledger_written |= event.is_step_materialization and event.asset_key == rollout_ledger.key
+    # The path alone only when the run vouches for the file there.
+    if result.success:
+        print(f"  ledger: {outputs.ledger}")
+    elif ledger_written and checks_failed:
+        print(f"  ledger: {outputs.ledger} (written, but it FAILED a blocking check above: do not use it)")
+    elif ledger_written:
+        print(f"  ledger: {outputs.ledger} (written; the run failed after it, see above)")
+    else:
+        print("  ledger: not written by this run (any earlier ledger of the round stays as it was)")
     return result.success
 
 

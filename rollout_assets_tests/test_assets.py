@@ -614,3 +614,24 @@ def test_rollout_assets_materialize_does_not_start_a_round_that_has_a_run_in_pro
             running.run_id
         ]
         assert [run.job_name for run in runs if run.run_id != running.run_id] == ["materialize_summary"]
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_names_no_ledger_for_a_round_whose_run_wrote_none(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    cache = next((layout.rounds[0] / "improve-run" / "baseline").glob("*/cached-result.json"))
+    cache.write_text("{ not json", encoding="utf-8")  # corrupt evidence: the manifest stage fails
+    home = _dagster_home(tmp_path / "dagster_home")
+
+    completed = subprocess.run(
+        [str(VENV_BIN / "rollout-assets"), "materialize", SMALL_SPEC.name],
+        check=False, cwd=PROJECT_DIR, env=_cli_env(home, layout, tmp_path / "ledgers"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    section = completed.stdout.split(f"=== round {SMALL_SPEC.name}: ")[1].split("===")[0]
+    assert section.startswith("FAILED (run ")
+    assert f"  step round_manifest failed: {cache}" in section
+    assert "  ledger: not written by this run (any earlier ledger of the round stays as it was)\n" in section
+    assert str(tmp_path / "ledgers" / SMALL_SPEC.name / "rollout-ledger.jsonl") not in completed.stdout
