@@ -24,7 +24,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from rollout_assets_tests.dagster_rounds import (
     round_resources,
     step_failures,
 )
+from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 SPEC = RoundSpec(
     name="bad-round",
@@ -652,50 +652,26 @@ def test_transcript_whose_last_line_is_cut_off_keeps_every_earlier_message(rnd: 
 
 # -- an unreadable transcript folder ------------------------------------------------
 
-# Runs the command line as `nobody`: imports happen as root first (the interpreter may live
-# under a folder only root can read), then the child drops to nobody and runs the backfill.
-AS_NOBODY = textwrap.dedent(
-    """
-    import contextlib, io, os, pwd, sys
-    import rollout_assets.cli as cli
-    # Warm every lazy import with one run as root (into a scratch ledger), so nothing is
-    # imported after the privileges are gone.
-    scratch = sys.argv.pop(1)
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert cli.main(["backfill", *sys.argv[1:2], scratch, *sys.argv[3:]]) == 0
-    nobody = pwd.getpwnam("nobody")
-    try:
-        os.setgroups([])
-        os.setgid(nobody.pw_gid)
-        os.setuid(nobody.pw_uid)
-    except PermissionError:
-        sys.exit(77)
-    sys.exit(cli.main(["backfill", *sys.argv[1:]]))
-    """
+# Runs the command line as `nobody`. Every lazy import is warmed first by one run as root
+# (into a scratch ledger), so nothing is imported after the privileges are gone.
+BACKFILL_AS_NOBODY = (
+    textwrap.dedent(
+        """
+        import contextlib, io, sys
+        import rollout_assets.cli as cli
+        scratch = sys.argv.pop(1)
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert cli.main(["backfill", *sys.argv[1:2], scratch, *sys.argv[3:]]) == 0
+        """
+    )
+    + DROP_TO_NOBODY
+    + 'sys.exit(cli.main(["backfill", *sys.argv[1:]]))\n'
 )
 
 
-@pytest.fixture
-def world_readable_tmp() -> Iterator[Path]:
-    """A temp folder `nobody` can enter (pytest's own are private to their owner)."""
-    folder = Path(tempfile.mkdtemp(prefix="rollout-bad-inputs-"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        for base, dirs, _ in os.walk(folder):
-            for name in dirs:
-                os.chmod(os.path.join(base, name), 0o755)
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Path) -> None:
-    rnd = make_round(world_readable_tmp)
-    proposer = rnd.proposer_of("gen0-cand0")
-    folder = rnd.transcript_of(proposer).parent
-    ledgers = rnd.ledger.parent
-    ledgers.chmod(0o777)  # nobody writes the ledger here
-    folder.chmod(0o000)
+def backfill_as_nobody(rnd: Round, scratch: Path) -> subprocess.CompletedProcess[str]:
+    """The command line's backfill of `rnd`, as `nobody` (who must be able to write OUT's folder)."""
+    rnd.ledger.parent.chmod(0o777)
     args = [
         str(rnd.out_dir),
         str(rnd.ledger),
@@ -704,20 +680,43 @@ def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Pa
         "--claude-projects",
         str(rnd.claude),
     ]
-    if os.geteuid() == 0:
-        # Root reads a chmod-000 folder anyway, so the permission alone proves nothing:
-        # the backfill runs as an unprivileged user, for whom it is really unreadable.
-        scratch = world_readable_tmp / "scratch.jsonl"
-        command = [sys.executable, "-c", AS_NOBODY, str(scratch), *args]
-    else:
-        command = [sys.executable, "-m", "rollout_assets.cli", "backfill", *args]
-    result = subprocess.run(
-        command, capture_output=True, text=True, encoding="utf-8", timeout=120, check=False
-    )
-    if result.returncode == 77:
-        pytest.fail(
-            "could not drop root privileges to `nobody` (no CAP_SETUID?): an unreadable folder cannot be tested"
-        )
+    return run_unprivileged(BACKFILL_AS_NOBODY, str(scratch), *args)
+
+
+@pytest.mark.parametrize(
+    ("closed", "why"),
+    [
+        (
+            "improve-run/gen-0/candidate-0/astropy__astropy-12907__rep0",
+            "cannot tell whether it holds a cached-result.json",
+        ),
+        ("proposer-shots", "cannot list directory"),
+    ],
+    ids=["a cell folder it cannot search", "a receipts folder it cannot list"],
+)
+def test_a_round_folder_the_backfill_cannot_look_into_stops_it_naming_the_folder(
+    world_readable_tmp: Path, closed: str, why: str
+) -> None:
+    # Skipping it would drop its cell (or shots) without a line or a gap.
+    rnd = make_round(world_readable_tmp)
+    (rnd.out_dir / closed).chmod(0o600 if closed.startswith("improve-run") else 0o311)
+
+    result = backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl")
+
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"rollout-assets: error: {rnd.out_dir / closed}: {why} (Permission denied)"
+    ]
+    assert rnd.ledger.read_bytes() == OLD_LEDGER
+
+
+def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Path) -> None:
+    rnd = make_round(world_readable_tmp)
+    proposer = rnd.proposer_of("gen0-cand0")
+    folder = rnd.transcript_of(proposer).parent
+    folder.chmod(0o000)
+
+    result = backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl")
 
     after = backfilled(result, rnd)
 

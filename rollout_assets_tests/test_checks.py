@@ -12,9 +12,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
-import tempfile
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,6 +54,7 @@ from rollout_assets_tests.dagster_rounds import (
     write_jsonl,
     write_rounds,
 )
+from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 Line = dict[str, Any]
 GAP_REQUIRED = "Value error, messages is empty, so provenance.gap is required (why is there no transcript?)"
@@ -858,19 +856,17 @@ def test_a_worker_cwd_that_is_not_utf8_is_matched_as_the_join_binds_it(tmp_path:
 
 # The audit as `nobody`, for whom a chmod'ed folder really is closed (root reads any folder):
 # everything is imported as root first, then the process drops its privileges.
-AUDIT_AS_NOBODY = textwrap.dedent(
-    """
-    import json, os, pwd, sys
+AUDIT_AS_NOBODY = (
+    textwrap.dedent(
+        """
+    import json, sys
     from pathlib import Path
     from rollout_assets import audit
-    if os.geteuid() == 0:
-        nobody = pwd.getpwnam("nobody")
-        try:
-            os.setgroups([])
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-        except PermissionError:
-            sys.exit(77)
+    """
+    )
+    + DROP_TO_NOBODY
+    + textwrap.dedent(
+        """
     try:
         recount = audit.recount_inputs(Path(sys.argv[1]), None, workers=1)
     except Exception as error:
@@ -878,21 +874,8 @@ AUDIT_AS_NOBODY = textwrap.dedent(
     else:
         print(json.dumps(["no error", len(recount.cells), len(recount.receipts)]))
     """
+    )
 )
-
-
-@pytest.fixture
-def world_readable_tmp() -> Iterator[Path]:
-    """A temp folder `nobody` can enter (pytest's own are private to their owner)."""
-    folder = Path(tempfile.mkdtemp(prefix="rollout-checks-"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        for base, dirs, _ in os.walk(folder):
-            for name in dirs:
-                os.chmod(os.path.join(base, name), 0o755)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
@@ -925,15 +908,8 @@ def test_audit_refuses_a_round_folder_it_cannot_look_into(
     assert audit.recount_inputs(out_dir, None).cells.total() == 4
     (out_dir / closed).chmod(mode)
 
-    result = subprocess.run(
-        [sys.executable, "-c", AUDIT_AS_NOBODY, str(out_dir)],
-        capture_output=True, text=True, encoding="utf-8", timeout=120, check=False,
-    )  # fmt: skip
+    result = run_unprivileged(AUDIT_AS_NOBODY, str(out_dir))
 
-    if result.returncode == 77:
-        pytest.fail(
-            "could not drop root privileges to `nobody` (no CAP_SETUID?): a closed folder cannot be tested"
-        )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == ["UnreadableRound", f"{out_dir / closed}: {why}"]
 

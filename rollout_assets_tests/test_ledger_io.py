@@ -221,9 +221,12 @@ def test_append_range_past_the_end_of_the_source_fails_and_writes_nothing(tmp_pa
     source, lines = _encoded_source(tmp_path)
     size = sum(map(len, lines))
 
-    with pytest.raises(ValueError, match=f"segment.jsonl: {size} bytes expected from offset 1, only {size - 1}"):
-        with LedgerWriter(path) as writer, open(source, "rb") as handle:
-            writer.append_range(handle, 1, size, 3)
+    with (
+        pytest.raises(ValueError, match=f"segment.jsonl: {size} bytes expected from offset 1, only {size - 1}"),
+        LedgerWriter(path) as writer,
+        open(source, "rb") as handle,
+    ):
+        writer.append_range(handle, 1, size, 3)
 
     assert path.read_bytes() == original
     assert folder_entries(tmp_path) == ["rollouts.jsonl", "segment.jsonl"]
