@@ -35,7 +35,7 @@ def port_is_free(port: int) -> bool:
 
 # Run through a tiny Python launcher that restores default SIGINT/SIGTERM handling and then
 # execs the real command (a preexec_fn would do the same, but is unsafe with threads).
-_WITH_DEFAULT_SIGNALS = (
+WITH_DEFAULT_SIGNALS = (
     "import os, signal, sys; "
     "signal.signal(signal.SIGINT, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL); "
     "os.execv(sys.argv[1], sys.argv[1:])"
@@ -73,7 +73,7 @@ def dagster_dev(env: dict[str, str], log_path: Path, startup_timeout_s: float = 
     dagster = str(Path(sys.executable).parent / "dagster")
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-c", _WITH_DEFAULT_SIGNALS, dagster, "dev", "-h", "127.0.0.1", "-p", str(port),
+            [sys.executable, "-c", WITH_DEFAULT_SIGNALS, dagster, "dev", "-h", "127.0.0.1", "-p", str(port),
              "-w", "workspace.yaml"],
             cwd=PROJECT,
             env=env,

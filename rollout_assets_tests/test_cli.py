@@ -17,6 +17,7 @@ import pytest
 from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets_tests.backfill_runs import backfill, without_captured_at
+from rollout_assets_tests.dagster_dev import WITH_DEFAULT_SIGNALS
 
 SMALL_ROUND = RoundSpec(
     name="cli-round",
@@ -433,7 +434,12 @@ def test_ctrl_c_during_a_backfill_exits_130_in_one_line_leaving_out_as_it_was(tm
     )
     ledger = existing_ledger(tmp_path)
     lock = ledger.parent / f".{ledger.name}.lock"
+    # SIGINT back to its default first: a test run started in the background of a shell
+    # (`bash .ci/run &`) inherits it ignored, and Python then never raises KeyboardInterrupt.
     command = [
+        sys.executable,
+        "-c",
+        WITH_DEFAULT_SIGNALS,
         sys.executable,
         "-m",
         "rollout_assets.cli",
