@@ -93,6 +93,7 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
     print(f"\n=== round {key}: {'succeeded' if result.success else 'FAILED'} (run {result.run_id})")
     if outputs.stats.is_file() and result.success:
         print(json.dumps(json.loads(outputs.stats.read_text()), indent=2))
+    checks_failed = False
     for evaluation in sorted(result.get_asset_check_evaluations(), key=lambda e: e.check_name):
         if evaluation.passed:
             verdict = "passed"
@@ -100,10 +101,8 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
             verdict = "warning (non-blocking)"
         else:
             verdict = "FAILED"
+            checks_failed = True
         print(f"  check {evaluation.check_name}: {verdict}")
-    checks_failed = False
-    for evaluation in result.get_asset_check_evaluations():
-        checks_failed |= not evaluation.passed and evaluation.severity.value != "WARN"
     ledger_written = False
     for event in result.all_events:
         if event.is_step_failure:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from rollout_assets.backfill.parallel import (
     write_units,
 )
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, decode_record, iter_jsonl, validate_line
-from rollout_assets.sources.jsonfiles import finite_or_none, to_indented_json
+from rollout_assets.sources.jsonfiles import to_indented_json
 from rollout_assets.sources.round import (
     RoundInputError,
     RoundManifest,
@@ -132,28 +131,6 @@ def write_json_atomic(path: Path, value: Any) -> None:
 def read_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
-
-
-# The counters holding float sums, which inputs can overflow (a cost of 1e308 twice is inf).
-_SUM_COUNTERS = ("reward_sum_by_role", "cost_usd_by_role")
-
-
-def counters_json(stats: BackfillStats) -> dict[str, Any]:
-    """The counters as a stage file stores them: a sum that is no finite number is null, as
-    JSON has no word for it (`to_json` writes it as null too)."""
-    counters = dataclasses.asdict(stats)
-    for name in _SUM_COUNTERS:
-        counters[name] = {role: finite_or_none(value) for role, value in counters[name].items()}
-    return counters
-
-
-def counters_from_json(counters: dict[str, Any]) -> BackfillStats:
-    """The counters a stage file stores; a null sum comes back as NaN, which stays NaN when
-    more is added and is written as null again."""
-    counters = dict(counters)
-    for name in _SUM_COUNTERS:
-        counters[name] = {role: math.nan if value is None else value for role, value in counters[name].items()}
-    return BackfillStats(**counters)
 
 
 # ---------------------------------------------------------------------------
@@ -403,7 +380,7 @@ def write_worker_sessions(
             # What the ledger stage needs to copy the lines without parsing them: the file
             # they belong to (size), their counters and their order.
             "bytes": outputs.worker_sessions.stat().st_size,
-            "counters": counters_json(stats),
+            "counters": dataclasses.asdict(stats),
             "parents": tally.parents,
         },
     )
@@ -520,7 +497,7 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
             f"{outputs.worker_sessions} is not the file {outputs.worker_sessions_summary} describes; "
             "re-materialize worker_sessions"
         )
-    stats = counters_from_json(summary["counters"])
+    stats = BackfillStats(**summary["counters"])
     runs = iter(summary["parents"])
     pending = next(runs, None)
     # The stats describe the ledger beside them. rollout_stats runs only once the new ledger
@@ -545,9 +522,8 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
         for raw, line in _encoded_lines(outputs.proposer_transcripts):
             writer.write_encoded(raw)
             stats.observe(line)
-        # Everything that can fail on the counters happens here, before the ledger is renamed
-        # into place: the stage must not fail after it replaced the ledger.
-        counters = counters_json(stats)
+        # Before the ledger is renamed into place: the stage must not fail after it replaced it.
+        counters = dataclasses.asdict(stats)
     # The counters of exactly this file, for rollout_stats (which runs only once the checks pass).
     # Only a shortcut: without it (or with a stale one, which names another file) rollout_stats
     # counts the ledger again, so failing to write it does not fail the stage.
@@ -566,7 +542,7 @@ def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
     except (OSError, ValueError):
         counted = None
     if counted is not None and counted["ledger"] == file_identity(outputs.ledger):
-        stats = counters_from_json(counted["counters"])
+        stats = BackfillStats(**counted["counters"])
     else:
         stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
         for line in iter_jsonl(outputs.ledger):

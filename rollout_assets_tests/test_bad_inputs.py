@@ -48,6 +48,7 @@ from rollout_assets_tests.dagster_rounds import (
     round_resources,
     step_failures,
 )
+from rollout_assets_tests.ledger_processes import backfill_command
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 SPEC = RoundSpec(
@@ -1227,18 +1228,7 @@ def test_a_lone_surrogate_in_a_scenario_id_is_kept_in_the_ledger_and_the_manifes
     ledger = tmp_path / "out.jsonl"
 
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollout_assets.cli",
-            "backfill",
-            str(layout.rounds[0]),
-            str(ledger),
-            "--opencode-db",
-            str(layout.opencode_db),
-            "--claude-projects",
-            str(layout.claude_projects_dir),
-        ],
+        backfill_command(layout, ledger),
         capture_output=True,
         text=True,
         encoding="utf-8",

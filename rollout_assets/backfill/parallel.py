@@ -205,12 +205,16 @@ def write_units(
                 # before their segments are removed below.
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-    finally:
-        gc.unfreeze()
-        _TASK = None
+    except BaseException:
+        # A finished run has removed every segment as it appended it; a failed one removes
+        # those its workers wrote (this run's names only, never another writer's).
         for index in range(len(units)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_segment_path(prefix, index))
+        raise
+    finally:
+        gc.unfreeze()
+        _TASK = None
     return stats
 
 
