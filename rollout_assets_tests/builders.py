@@ -187,14 +187,17 @@ def write_opencode_db(
     messages: Iterable[Mapping[str, Any]] = (),
     parts: Iterable[Mapping[str, Any]] = (),
     session_columns: tuple[str, ...] = SESSION_COLUMNS,
+    encoding: str = "UTF-8",
 ) -> Path:
     """A real opencode SQLite store (rollback journal), closed when this returns.
 
     Session rows are trimmed to `session_columns`, so the same rows fill a legacy table.
+    `encoding` is the database's text encoding (SQLite's `PRAGMA encoding`).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     connection = sqlite3.connect(path)
     try:
+        connection.execute(f"PRAGMA encoding = '{encoding}'")
         create_opencode_schema(connection, session_columns)
         insert_rows(
             connection,

@@ -281,6 +281,26 @@ def test_a_tool_use_with_absent_input_has_empty_object_arguments(tmp_path: Path)
     ]
 
 
+def test_a_tool_use_with_input_nested_600_deep_is_kept_with_its_arguments_as_text(tmp_path: Path) -> None:
+    """Deeper than any document written back as structure may be (512), but only its JSON
+    text reaches the line: the call stays, so its tool result still answers a call."""
+    deep: Any = []
+    for _ in range(599):
+        deep = [deep]
+    lines = [
+        assistant_line("msg_1", [tool_use("toolu_1", "Write", {"nested": deep})]),
+        user_line([{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]),
+    ]
+
+    messages = parse(tmp_path, lines).messages
+
+    assert messages == [
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("toolu_1", "Write", '{"nested":' + "[" * 600 + "]" * 600 + "}")]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"},
+    ]
+
+
 def test_an_empty_thinking_block_is_not_reasoning(tmp_path: Path) -> None:
     transcript = parse(
         tmp_path, [assistant_line("msg_1", [thinking("")]), assistant_line("msg_1", [text("answer")])]

@@ -1,11 +1,13 @@
 """The opencode store reader on real SQLite files: opening, session lookup, transcript conversion."""
 
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
@@ -615,6 +617,23 @@ def test_tool_calls_carry_json_arguments_and_an_empty_object_for_absent_input(tm
     ]
 
 
+def test_a_lone_surrogate_in_a_tool_input_or_output_is_escaped_in_its_json_text(tmp_path: Path) -> None:
+    """A truncated emoji (a lone `\\ud83d` escape) inside a tool's input or non-string output:
+    the JSON text made of it carries the escape, as JSON.stringify writes it, not the lone
+    surrogate itself, which parsers such as orjson refuse in the line."""
+    torn = "cut \ud83d é"
+    transcript = assistant_messages(
+        tmp_path,
+        [tool_part("p1", "m1", "call-1", tool="write", input={"content": torn}, output={"echo": torn})],
+    )
+
+    arguments = transcript[0]["tool_calls"][0]["function"]["arguments"]
+    assert arguments == '{"content":"cut \\ud83d é"}'
+    assert transcript[1]["content"] == '{"echo":"cut \\ud83d é"}'
+    assert json.loads(arguments) == {"content": torn}
+    orjson.dumps(transcript)  # no lone surrogate left anywhere
+
+
 def test_each_tool_part_is_answered_by_one_tool_message_after_the_assistant_turn(tmp_path: Path) -> None:
     transcript = assistant_messages(
         tmp_path,
@@ -662,6 +681,25 @@ def test_a_full_session_converts_to_the_chat_transcript(tmp_path: Path) -> None:
         {"role": "tool", "tool_call_id": "c1", "name": "read", "content": "x = 1"},
         {"role": "assistant", "content": "fixed"},
     ]
+
+
+def test_a_store_created_as_utf16_gives_its_transcripts(tmp_path: Path) -> None:
+    """SQLite keeps a UTF-16 database's text as UTF-16 bytes: reading the JSON columns as the
+    stored bytes would make every message unreadable."""
+    path = write_opencode_db(
+        tmp_path / "opencode.db",
+        sessions=[session("s1", CWD)],
+        messages=[message("m1", "s1", "user", time_created=1), message("m2", "s1", "assistant", time_created=2)],
+        parts=[part("p1", "m1", "text", text="fix é"), part("p2", "m2", "text", text="done ✓")],
+        encoding="UTF-16le",
+    )
+
+    with open_store(path) as store:
+        assert [s.id for s in store.sessions_by_directory([CWD])[CWD]] == ["s1"]
+        assert store.session_messages("s1") == [
+            {"role": "user", "content": "fix é"},
+            {"role": "assistant", "content": "done ✓"},
+        ]
 
 
 def test_a_message_with_malformed_json_is_skipped_and_the_rest_kept(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ class _TranscriptParser:
         if not line.strip():
             return
         try:
-            entry = parse_json(line)
+            entry = parse_json(line, max_nesting=None)  # its values reach a line as text only
         except NotJson:
             return
         if not is_record(entry) or entry.get("type") not in ("user", "assistant"):

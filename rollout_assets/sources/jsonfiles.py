@@ -18,12 +18,18 @@ A document nested deeper than MAX_NESTING levels of arrays and objects is not re
 990, but neither writes back what it read that deep (orjson stops at 254 levels, the standard
 module's encoder at the interpreter's recursion limit), so a value accepted here must stay
 shallow enough for every writer and reader downstream (ledger, stage files, manifest.json).
+Transcript records (opencode messages and parts, Claude transcript lines) are read without
+that limit (`max_nesting=None`), up to what the parsers read: nothing of theirs reaches a line
+as structure, a deep tool input becomes JSON text (`to_json_text`), so a deep value costs
+nothing downstream and dropping its record would lose a tool call.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,45 +77,47 @@ _STRICT_DECODER = json.JSONDecoder(
 _COMPACT_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def parse_json(text: str | bytes) -> Any:
-    """Parse strict JSON. Bytes are decoded as UTF-8 with replacement, like Node's readFile(…, 'utf8')."""
+def parse_json(text: str | bytes, *, max_nesting: int | None = MAX_NESTING) -> Any:
+    """Parse strict JSON. Bytes are decoded as UTF-8 with replacement, like Node's readFile(…, 'utf8').
+
+    `max_nesting=None`: as deep as the parsers read (see the module docstring)."""
     try:
-        return _not_too_deep(orjson.loads(text), text)
+        return _not_too_deep(orjson.loads(text), text, max_nesting)
     except orjson.JSONDecodeError:
         pass  # not JSON, or one of the cases where orjson is stricter than JavaScript
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     try:
-        return _not_too_deep(_STRICT_DECODER.decode(text), text)
+        return _not_too_deep(_STRICT_DECODER.decode(text), text, max_nesting)
     except NotJson:
         raise
     except RecursionError as error:
-        raise NotJson(f"nested deeper than {MAX_NESTING} levels") from error
+        raise NotJson("nested deeper than the parser reads") from error
     except ValueError as error:
         raise NotJson(str(error)) from error
 
 
-def _not_too_deep(value: Any, text: str | bytes) -> Any:
-    """`value`, unless it nests more than MAX_NESTING arrays/objects deep (NotJson then).
+def _not_too_deep(value: Any, text: str | bytes, max_nesting: int | None) -> Any:
+    """`value`, unless it nests more than `max_nesting` arrays/objects deep (NotJson then).
 
     A document cannot nest deeper than it has brackets, and counting them runs at memory
-    speed: only a document with more than MAX_NESTING of them is walked (iteratively). Each
+    speed: only a document with more than `max_nesting` of them is walked (iteratively). Each
     level takes two characters, so a short document (most message parts) needs no count.
     """
-    if len(text) <= 2 * MAX_NESTING:
+    if max_nesting is None or len(text) <= 2 * max_nesting:
         return value
     if isinstance(text, bytes):
         brackets = text.count(b"[") + text.count(b"{")
     else:
         brackets = text.count("[") + text.count("{")
-    if brackets <= MAX_NESTING:
+    if brackets <= max_nesting:
         return value
     stack = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
         children = item.values() if isinstance(item, dict) else item
-        if depth > MAX_NESTING:
-            raise NotJson(f"nested deeper than {MAX_NESTING} levels")
+        if depth > max_nesting:
+            raise NotJson(f"nested deeper than {max_nesting} levels")
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return value
 
@@ -126,13 +134,34 @@ def read_json_or_none(path: str | Path) -> Any:
         return None
 
 
+# Enough for the deepest value orjson reads (1,024 levels) on top of the caller's frames.
+_ENCODER_RECURSION_LIMIT = 4_096
+
+# A UTF-16 surrogate code point: in text decoded from JSON, always a lone one (the parsers
+# join an escaped pair into one character).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def to_json_text(value: Any) -> str:
-    """Compact JSON as JavaScript's JSON.stringify writes it (no spaces, non-ASCII kept)."""
+    """Compact JSON as JavaScript's JSON.stringify writes it (no spaces, non-ASCII kept).
+
+    A lone surrogate is written as its escape (`\\ud83d`), as JSON.stringify has written it
+    since ES2019: the text then holds none itself, so the line it goes into (a tool call's
+    `arguments`) stays readable by parsers that refuse lone surrogates, as the seed's does.
+    """
     try:
         return orjson.dumps(value).decode("utf-8")
     except (TypeError, orjson.JSONEncodeError):
-        # Lone surrogates and integers beyond 64 bits: the standard module writes them.
-        return _COMPACT_ENCODER.encode(value)
+        # Lone surrogates, integers beyond 64 bits and values deeper than orjson's 254 levels
+        # (a transcript's tool input, read up to 1,024): the standard module writes them. Its
+        # encoder counts each level against the recursion limit, raised for the call.
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, _ENCODER_RECURSION_LIMIT))
+        try:
+            text = _COMPACT_ENCODER.encode(value)
+        finally:
+            sys.setrecursionlimit(limit)
+    return _SURROGATE.sub(lambda surrogate: f"\\u{ord(surrogate[0]):04x}", text)
 
 
 def to_indented_json(value: Any, *, allow_nan: bool = True) -> str:

@@ -78,11 +78,15 @@ class OpencodeStoreChanged(RuntimeError):
 class OpencodeStore:
     """A read-only connection to one opencode database."""
 
-    def __init__(self, path: Path, connection: sqlite3.Connection, session_columns: set[str]):
+    def __init__(self, path: Path, connection: sqlite3.Connection, session_columns: set[str], encoding: str):
         self.path = path
         self._connection = connection
         self._session_columns = session_columns
         self._directory_indexed = False
+        # The JSON columns are read as the stored bytes when those are UTF-8 (no decoded copy
+        # of a huge part). A store created as UTF-16 holds UTF-16 bytes: its text is read as
+        # text, which SQLite hands over as UTF-8.
+        self._data = "CAST({} AS BLOB)" if encoding == "UTF-8" else "{}"
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> OpencodeStore | None:
@@ -105,6 +109,7 @@ class OpencodeStore:
             # The first read proves the file is a database with a session table:
             # corrupt stores exist in the wild and fail right here.
             columns = {row[1] for row in connection.execute("PRAGMA table_info(session)")}
+            encoding = connection.execute("PRAGMA encoding").fetchone()[0]
             connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
             connection.execute("SELECT 1 FROM part LIMIT 1").fetchall()
             if _REQUIRED_SESSION_COLUMNS <= columns:
@@ -119,7 +124,7 @@ class OpencodeStore:
         if not _REQUIRED_SESSION_COLUMNS <= columns:
             connection.close()
             return None
-        return cls(path, connection, columns)
+        return cls(path, connection, columns, encoding)
 
     def close(self) -> None:
         self._connection.close()
@@ -189,12 +194,12 @@ class OpencodeStore:
         """
         try:
             messages = self._connection.execute(
-                "SELECT id, CAST(data AS BLOB) FROM message WHERE session_id = ? ORDER BY time_created, id",
+                f"SELECT id, {self._data.format('data')} FROM message WHERE session_id = ? ORDER BY time_created, id",
                 (session_id,),
             ).fetchall()
             parts: dict[Any, list[Any]] = {}
             for message_id, data in self._connection.execute(
-                "SELECT p.message_id, CAST(p.data AS BLOB) FROM part AS p JOIN message AS m ON m.id = p.message_id "
+                f"SELECT p.message_id, {self._data.format('p.data')} FROM part AS p JOIN message AS m ON m.id = p.message_id "
                 "WHERE m.session_id = ? ORDER BY p.id",
                 (session_id,),
             ):
@@ -265,7 +270,7 @@ def _json_object(data: Any) -> dict[str, Any] | None:
     if not isinstance(data, (str, bytes)):
         return None
     try:
-        value = parse_json(data)
+        value = parse_json(data, max_nesting=None)  # its values reach a line as text only
     except NotJson:
         return None
     return value if is_record(value) else None
