@@ -299,7 +299,9 @@ class _Cell:
     rep: int
     run_dir: str | None
     reward: Any  # what its supervisor line's reward must be
-    resolved: bool  # resolved beyond doubt: an artifact that says so, and no error beside it
+    # The replicate's verdict: the artifact's boolean `resolved` when there is no error beside
+    # it; None (inconclusive) otherwise.
+    verdict: bool | None
 
 
 def _is_number(value: Any) -> bool:
@@ -382,8 +384,13 @@ def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iter
             int(rep),
             run_dir if isinstance(run_dir, str) else None,
             _cell_reward(record),
-            isinstance(artifact, dict) and artifact.get("resolved") is True and record.get("error") is None,
+            _replicate_verdict(artifact, record.get("error")),
         )
+
+
+def _replicate_verdict(artifact: Any, error: Any) -> bool | None:
+    resolved = artifact.get("resolved") if isinstance(artifact, dict) else None
+    return resolved if isinstance(resolved, bool) and error is None else None
 
 
 def _result_json(run_dir: str | None) -> dict[str, Any] | None:
@@ -546,13 +553,13 @@ def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> _C
             else ()
         )
         # Workers that ran but cannot be listed: no readable result.json, or one that counts
-        # spawned workers without naming their cwds. The supervisor's gap says which.
+        # spawned workers without naming a cwd. The supervisor's gap says which.
         reported = result is not None and any(
             _is_number(result.get(key)) and result[key] > 0 for key in ("spawned", "workers")
         )
         if cell.run_dir is not None and result is None:
             gap = _SUPERVISOR_GAP_LIST_MISSING
-        elif reported and not isinstance(listed, list):
+        elif reported and not cwds:
             gap = _SUPERVISOR_GAP_UNLISTED
         else:
             gap = _SUPERVISOR_GAP
@@ -626,7 +633,8 @@ def recount_inputs(
 
 def _resolved_fractions(cells: _CellsRecount) -> dict[str, int | float | None]:
     """A candidate's proposer reward (rollout-v1.md): of the baseline's instances, the share
-    whose every replicate (max rep + 1 of the campaign) resolved; null without baseline cells."""
+    whose every replicate (max rep + 1 of the campaign) resolved; null without baseline cells,
+    and null when none of those instances has a conclusive replicate in the campaign."""
     by_campaign: dict[str, list[_Cell]] = {}
     for cell, _, _ in cells.in_order:
         by_campaign.setdefault(cell.candidate_id, []).append(cell)
@@ -635,15 +643,19 @@ def _resolved_fractions(cells: _CellsRecount) -> dict[str, int | float | None]:
     for candidate_id in cells.campaigns:
         campaign = by_campaign.get(candidate_id, [])
         reps = max((cell.rep for cell in campaign), default=-1) + 1
-        replicates: dict[str, list[bool]] = {}
+        replicates: dict[str, list[bool | None]] = {}
         for cell in campaign:
-            replicates.setdefault(cell.scenario_id, []).append(cell.resolved)
+            replicates.setdefault(cell.scenario_id, []).append(cell.verdict)
         resolved = sum(
             1
-            for instance, flags in replicates.items()
-            if instance in instances and len(flags) == reps and all(flags)
+            for instance, verdicts in replicates.items()
+            if instance in instances and len(verdicts) == reps and all(verdict is True for verdict in verdicts)
         )
-        fractions[candidate_id] = resolved / len(instances) if instances else None
+        judged = any(
+            instance in instances and any(verdict is not None for verdict in verdicts)
+            for instance, verdicts in replicates.items()
+        )
+        fractions[candidate_id] = resolved / len(instances) if instances and judged else None
     return fractions
 
 

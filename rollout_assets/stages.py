@@ -147,7 +147,17 @@ def write_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
 
 def stored_manifest(outputs: RoundOutputs) -> RoundManifest:
     """The manifest snapshot the manifest stage wrote (without cell records)."""
-    return manifest_from_json(read_json(outputs.manifest))
+    return _manifest_from_file(outputs, read_json(outputs.manifest))
+
+
+def _manifest_from_file(outputs: RoundOutputs, stored_json: Any, *, with_cells: bool = False) -> RoundManifest:
+    try:
+        return manifest_from_json(stored_json, with_cells=with_cells)
+    except (KeyError, TypeError) as error:
+        # A manifest.json of an older version of this project lacks a key this one needs.
+        raise StageMismatchError(
+            f"{outputs.manifest} lacks {error} (written by another version?); re-materialize round_manifest"
+        ) from error
 
 
 def _cell_paths(manifest_json: dict[str, Any]) -> list[str]:
@@ -177,7 +187,7 @@ def current_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
             f"round {out_dir} changed while being materialized: {len(added)} cell(s) added "
             f"{added[:3]}, {len(removed)} removed {removed[:3]}; re-materialize the round"
         )
-    return manifest_from_json(stored_json, with_cells=True)
+    return _manifest_from_file(outputs, stored_json, with_cells=True)
 
 
 # ---------------------------------------------------------------------------

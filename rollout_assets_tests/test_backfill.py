@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from rollout_assets import audit
 from rollout_assets.backfill.ids import supervisor_rollout_id
 from rollout_assets.demo import (
     DEFAULT_ROUNDS,
@@ -31,6 +32,7 @@ from rollout_assets.demo import (
     write_demo,
 )
 from rollout_assets.ledger import read_ledger, read_ledger_dicts, serialize_line, write_ledger
+from rollout_assets.sources.claude import claude_project_slug
 from rollout_assets.sources.round import RoundInputError, build_manifest
 from rollout_assets_tests.backfill_runs import (
     SEED_STATS_KEYS,
@@ -49,14 +51,17 @@ from rollout_assets_tests.backfill_runs import (
 )
 from rollout_assets_tests.builders import (
     artifact,
+    assistant_line,
     campaign_dir,
     cell,
     message,
     part,
     session,
+    user_line,
     write_cell,
     write_json,
     write_opencode_db,
+    write_transcript,
 )
 
 ROUND_001 = DEFAULT_ROUNDS[0]
@@ -1095,6 +1100,58 @@ def test_a_shot_of_a_candidate_without_campaign_has_no_reward_and_no_commit(tmp_
     assert line["outcome"]["metrics"]["resolved_count"] is None
     assert line["outcome"]["metrics"]["instance_count"] == 1
     assert (line["policy"]["profile_commit"], line["artifacts"]["patch_path"]) == (None, None)
+
+
+def test_a_shot_of_a_candidate_without_any_verdict_has_no_reward_not_zero(tmp_path: Path) -> None:
+    """resolvedCount is 0 for a candidate whose campaign holds no cell yet, or whose every cell
+    errored; as a reward, 0 would say its patch resolved nothing. A candidate with one
+    conclusive unresolved replicate does score 0. The audit derives the same rewards."""
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "a", cell("a__a-1", 0))
+    write_cell(campaign_dir(out_dir), "b", cell("b__b-1", 0))
+    write_cell(campaign_dir(out_dir, 0, 0), "a", cell("a__a-1", 0, artifact=None, error="arm crashed"))
+    write_cell(campaign_dir(out_dir, 0, 0), "b", cell("b__b-1", 0, error="judge timed out"))
+    campaign_dir(out_dir, 0, 1).mkdir(parents=True)  # no cell yet
+    write_cell(campaign_dir(out_dir, 0, 2), "a", cell("a__a-1", 0, artifact=artifact(resolved=False)))
+    write_cell(campaign_dir(out_dir, 0, 2), "b", cell("b__b-1", 0, artifact=artifact(resolved=None)))
+    write_cell(campaign_dir(out_dir, 0, 3), "a", cell("a__a-1", 0))
+    write_cell(campaign_dir(out_dir, 0, 3), "b", cell("b__b-1", 0, error="judge timed out"))
+    for candidate in range(4):
+        write_json(out_dir / "proposer-shots" / f"gen0-cand{candidate}-shot0.json", {"receipt": {"exitCode": 0}})
+    store, claude = tmp_path / "none.db", tmp_path / "claude"
+
+    run = backfill(out_dir, opencode_db=store, claude_projects_dir=claude)
+
+    rewards = {line["candidate_id"]: (line["outcome"]["reward"], line["outcome"]["reward_source"])
+               for line in run.role("proposer")}
+    fraction = "swe-arena-official-judge/candidate-resolved-fraction"
+    assert rewards == {"gen0-cand0": (None, None), "gen0-cand1": (None, None),
+                       "gen0-cand2": (0, fraction), "gen0-cand3": (0.5, fraction)}
+    assert [line["outcome"]["metrics"]["resolved_count"] for line in run.role("proposer")] == [0, 0, 0, 1]
+    ledger = tmp_path / "rollout-ledger.jsonl"
+    write_ledger(ledger, run.lines)
+    assert audit.audit_inputs_match(out_dir, ledger, store, claude).passed
+    # A fake 0 where there is no verdict fails the check.
+    lines = list(read_ledger_dicts(ledger))
+    lines[-4]["outcome"].update(reward=0, reward_source=fraction)
+    write_ledger(ledger, lines)
+    assert not audit.audit_inputs_match(out_dir, ledger, store, claude).passed
+
+
+def test_a_joined_transcript_that_recorded_no_usage_has_null_token_counts(tmp_path: Path) -> None:
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "a", cell("a__a-1", 0))
+    write_cell(campaign_dir(out_dir, 0, 0), "a", cell("a__a-1", 0))
+    write_json(out_dir / "proposer-shots" / "gen0-cand0-shot0.json", {"receipt": {"exitCode": 0}})
+    claude = tmp_path / "claude"
+    worktree = claude / claude_project_slug(str(out_dir / "proposer-wt" / "gen0-cand0"))
+    write_transcript(worktree / "s.jsonl", [user_line("go"), assistant_line("msg_1", [{"type": "text", "text": "done"}])])
+
+    (line,) = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=claude).role("proposer")
+
+    assert len(line["messages"]) == 2 and "gap" not in line["provenance"]
+    assert line["cost"] == {"usd": None, "tokens_in": None, "tokens_out": None, "tokens_reasoning": None,
+                            "cache_read": None, "cache_write": None, "wall_s": None}
 
 
 def test_a_shot_of_a_round_without_baseline_cells_has_no_reward(tmp_path: Path) -> None:

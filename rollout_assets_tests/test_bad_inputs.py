@@ -766,12 +766,16 @@ def test_nan_in_a_result_json_reads_as_unreadable_and_is_labeled(rnd: Round) -> 
     assert new["outcome"]["metrics"]["sup_status"] is None
 
 
-def test_result_json_counting_workers_without_listing_them_is_labeled(rnd: Round) -> None:
+@pytest.mark.parametrize("listed", ["absent", [], [None, 7]], ids=["no list", "empty list", "no string"])
+def test_result_json_counting_workers_without_listing_them_is_labeled(rnd: Round, listed: Any) -> None:
     cache = rnd.cell_cache("gen-0/candidate-1", "django__django-11532")
     result_json = rnd.run_dir(cache) / "result.json"
     result = json.loads(result_json.read_bytes())
     assert result["spawned"] > 0
-    del result["recoveredSpend"]["workerCwds"]
+    if listed == "absent":
+        del result["recoveredSpend"]["workerCwds"]
+    else:
+        result["recoveredSpend"]["workerCwds"] = listed
     result_json.write_text(json.dumps(result))
 
     completed = cli_backfill(rnd)
@@ -791,6 +795,7 @@ def test_result_json_counting_workers_without_listing_them_is_labeled(rnd: Round
     assert new == old
     assert json.loads(completed.stdout.rsplit("\nrollout ledger → ", 1)[0])["cellsWithoutWorkerList"] == 1
     assert audit.cells_without_worker_list(rnd.out_dir) == ["gen0-cand1/django__django-11532/rep0"]
+    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
 
 
 def test_infinity_in_a_shot_receipt_reads_like_an_unreadable_receipt(rnd: Round) -> None:

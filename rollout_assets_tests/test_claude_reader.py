@@ -153,7 +153,7 @@ def test_sidechain_lines_are_left_out_of_the_main_transcript(tmp_path: Path) -> 
 
     assert (transcript.messages, transcript.usage) == (
         [{"role": "user", "content": "main task"}, {"role": "assistant", "content": "main answer"}],
-        ClaudeUsage(tokens_in=10, tokens_out=1),
+        ClaudeUsage(tokens_in=10, tokens_out=1, cache_read=0, cache_write=0),
     )
 
 
@@ -325,6 +325,21 @@ def test_usage_is_counted_once_per_message_id(tmp_path: Path) -> None:
     assert transcript.usage == ClaudeUsage(tokens_in=107, tokens_out=53, cache_read=1011, cache_write=213)
 
 
+def test_a_count_no_message_recorded_is_none_not_zero(tmp_path: Path) -> None:
+    """No usage at all, or usage without the cache fields (older transcripts): not measured."""
+    without_usage = parse(tmp_path / "a", [user_line("task"), assistant_line("msg_1", [text("done")])])
+    without_cache = parse(
+        tmp_path / "b",
+        [
+            assistant_line("msg_1", [text("one")], usage={"input_tokens": 5, "output_tokens": 2}),
+            assistant_line("msg_2", [text("two")], usage={"input_tokens": 7, "output_tokens": "3"}),
+        ],
+    )
+
+    assert without_usage.usage == ClaudeUsage(tokens_in=None, tokens_out=None, cache_read=None, cache_write=None)
+    assert without_cache.usage == ClaudeUsage(tokens_in=12, tokens_out=2, cache_read=None, cache_write=None)
+
+
 def test_usage_is_counted_once_when_the_first_block_line_is_an_empty_thinking_block(tmp_path: Path) -> None:
     turn_usage = usage(input_tokens=100, output_tokens=50, cache_read=1000, cache_write=200)
     transcript = parse(
@@ -364,7 +379,7 @@ def test_a_user_line_between_two_lines_of_one_id_starts_a_new_turn_without_recou
             {"role": "tool", "tool_call_id": "toolu_1", "content": "a.py"},
             {"role": "assistant", "content": "after the result"},
         ],
-        ClaudeUsage(tokens_in=100, tokens_out=50),
+        ClaudeUsage(tokens_in=100, tokens_out=50, cache_read=0, cache_write=0),
     )
 
 
@@ -377,14 +392,14 @@ def test_lines_without_a_message_id_are_each_a_turn_with_their_own_usage(tmp_pat
         ],
     )
 
-    assert (len(transcript.messages), transcript.usage) == (2, ClaudeUsage(tokens_in=2, tokens_out=4))
+    assert (len(transcript.messages), transcript.usage) == (2, ClaudeUsage(tokens_in=2, tokens_out=4, cache_read=0, cache_write=0))
 
 
-def test_non_numeric_usage_fields_count_as_zero(tmp_path: Path) -> None:
+def test_non_numeric_usage_fields_are_not_counted(tmp_path: Path) -> None:
     line_usage = {"input_tokens": "10", "output_tokens": 4, "cache_read_input_tokens": None}
     transcript = parse(tmp_path, [assistant_line("msg_1", [text("a")], usage=line_usage)])
 
-    assert transcript.usage == ClaudeUsage(tokens_in=0, tokens_out=4, cache_read=0, cache_write=0)
+    assert transcript.usage == ClaudeUsage(tokens_in=None, tokens_out=4, cache_read=None, cache_write=None)
 
 
 def test_the_last_seen_model_wins(tmp_path: Path) -> None:

@@ -168,6 +168,24 @@ def test_ledger_stage_does_not_fail_once_its_ledger_is_in_place(staged: RoundOut
     assert staged.stats.read_bytes() == stats_before
 
 
+def test_later_stages_refuse_a_manifest_lacking_a_key_this_version_needs(
+    demo: DemoLayout, staged: RoundOutputs
+) -> None:
+    """A manifest.json of an older version: one clear sentence, not a KeyError."""
+    stored = json.loads(staged.manifest.read_bytes())
+    for generation in stored["generations"]:
+        for rollout in generation["rollouts"]:
+            del rollout["outcome"]["judgedCount"]
+    staged.manifest.write_text(json.dumps(stored))
+    proposers = staged.proposer_transcripts.read_bytes()
+
+    with pytest.raises(StageMismatchError, match="lacks 'judgedCount'.*re-materialize round_manifest"):
+        write_proposer_transcripts(staged, demo.claude_projects_dir, CAPTURED_AT)
+    with pytest.raises(StageMismatchError, match="lacks 'judgedCount'"):
+        write_campaign_cells(demo.rounds_root / ROUND, staged, CAPTURED_AT)
+    assert staged.proposer_transcripts.read_bytes() == proposers
+
+
 def test_manifest_kept_rows_give_the_json_of_a_manifest_read_again(tmp_path: Path) -> None:
     """The manifest stage keeps each cell's row while reading instead of reading every cell
     twice; the JSON must be the same, on every demo round (round-003's cells are out of order)."""

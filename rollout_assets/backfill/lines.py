@@ -323,6 +323,11 @@ def worker_line(
     )
 
 
+def _usage_sum(transcript: ClaudeTranscript | None, count: str) -> int | float | None:
+    total = None if transcript is None else getattr(transcript.usage, count)
+    return None if total is None else finite_or_none(total)
+
+
 def proposer_line(
     ctx: LineContext,
     out_dir: str,
@@ -336,9 +341,10 @@ def proposer_line(
     worktree_cwd = shot.worktree_cwd(out_dir)
     shot_candidate = candidate_id(shot.generation, shot.candidate_index)
     # The proposer's reward is its candidate's official resolved fraction; fail-closed
-    # null when the candidate has no scored entry.
+    # null when the candidate has no scored entry, or no verdict on any of the round's
+    # instances (no cells yet, or every one errored): 0 would say it resolved nothing.
     reward = None
-    if entry is not None and ctx.instance_count > 0:
+    if entry is not None and ctx.instance_count > 0 and entry.judged_count > 0:
         reward = _js_number(entry.resolved_count / ctx.instance_count)
     if transcript is None:
         gap: str | None = gaps.no_claude_transcript(worktree_cwd)
@@ -393,12 +399,13 @@ def proposer_line(
         },
         cost={
             "usd": number_or_none(receipt_or_empty.get("costUsd")),
-            # Sums over the transcript's messages: ones that overflow a double are null.
-            "tokens_in": finite_or_none(transcript.usage.tokens_in) if transcript is not None else None,
-            "tokens_out": finite_or_none(transcript.usage.tokens_out) if transcript is not None else None,
+            # Sums over the transcript's messages: null when no message recorded the count, or
+            # when the sum overflows a double.
+            "tokens_in": _usage_sum(transcript, "tokens_in"),
+            "tokens_out": _usage_sum(transcript, "tokens_out"),
             "tokens_reasoning": None,
-            "cache_read": finite_or_none(transcript.usage.cache_read) if transcript is not None else None,
-            "cache_write": finite_or_none(transcript.usage.cache_write) if transcript is not None else None,
+            "cache_read": _usage_sum(transcript, "cache_read"),
+            "cache_write": _usage_sum(transcript, "cache_write"),
             "wall_s": round_half_up(duration_ms / 1000) if is_number(duration_ms) else None,
         },
         artifacts={

@@ -57,20 +57,25 @@ def transcript_files(cwd_variants: list[str], projects_dir: str | os.PathLike[st
 
 @dataclass
 class ClaudeUsage:
-    tokens_in: int | float = 0
-    tokens_out: int | float = 0
-    cache_read: int | float = 0
-    cache_write: int | float = 0
+    """Token sums over the transcript's API messages. A count no message recorded stays None:
+    not measured, which 0 would pass off as a measurement."""
+
+    tokens_in: int | float | None = None
+    tokens_out: int | float | None = None
+    cache_read: int | float | None = None
+    cache_write: int | float | None = None
 
     def add(self, usage: dict[str, Any]) -> None:
-        self.tokens_in += _count(usage.get("input_tokens"))
-        self.tokens_out += _count(usage.get("output_tokens"))
-        self.cache_read += _count(usage.get("cache_read_input_tokens"))
-        self.cache_write += _count(usage.get("cache_creation_input_tokens"))
+        self.tokens_in = _plus(self.tokens_in, usage.get("input_tokens"))
+        self.tokens_out = _plus(self.tokens_out, usage.get("output_tokens"))
+        self.cache_read = _plus(self.cache_read, usage.get("cache_read_input_tokens"))
+        self.cache_write = _plus(self.cache_write, usage.get("cache_creation_input_tokens"))
 
 
-def _count(value: Any) -> int | float:
-    return value if is_number(value) else 0
+def _plus(total: int | float | None, value: Any) -> int | float | None:
+    if not is_number(value):
+        return total
+    return value if total is None else total + value
 
 
 @dataclass

@@ -96,6 +96,11 @@ class CellRecord:
         return self.has_artifact and self.error is None and self.resolved_value is True
 
     @property
+    def conclusive(self) -> bool:
+        """A replicate with a verdict: an artifact whose `resolved` is a boolean, and no error."""
+        return self.has_artifact and self.error is None and isinstance(self.resolved_value, bool)
+
+    @property
     def record(self) -> dict[str, Any]:
         """The cell cache verbatim: as parsed with this record, else read again from disk (and
         refused if the file changed into another cell meanwhile)."""
@@ -306,6 +311,8 @@ class _CampaignTally:
         self._instance_resolved = True
         # Instances whose every cell resolved, with their number of cells.
         self._resolved_instance_cells: dict[str, int] = {}
+        # Instances with at least one conclusive replicate (a verdict, resolved or not).
+        self._judged_instances: set[str] = set()
 
     def add(self, name: str, cell: CellRecord) -> None:
         self.names.append(name)
@@ -318,6 +325,8 @@ class _CampaignTally:
             self.instances.append(cell.scenario_id)
         self._instance_cells += 1
         self._instance_resolved = self._instance_resolved and cell.resolved
+        if cell.conclusive:
+            self._judged_instances.add(cell.scenario_id)
         self.cached += cell.cached
         self.max_rep = max(self.max_rep, cell.rep)
         if cell.commit is not None:
@@ -346,6 +355,11 @@ class _CampaignTally:
             for instance, cells in self._resolved_instance_cells.items()
             if cells == reps and instance in instances
         )
+
+    def judged_count(self, instances: Collection[str]) -> int:
+        """Of the round's `instances`, those with at least one conclusive replicate here. With
+        none, the campaign has no verdict at all: its resolvedCount of 0 is no evidence."""
+        return len(self._judged_instances.intersection(instances))
 
     def commit(self, campaign_dir: Path) -> str | None:
         if self.commits is not None and len(self.commits) > 1:
@@ -472,6 +486,8 @@ class CampaignEntry:
     shot_receipt_paths: list[str]
     reps: int
     resolved_count: int
+    # Of the round's instances, those with a conclusive replicate here (see judged_count).
+    judged_count: int
     cells_cached: int
     # `cost` without its settled calls, which a real round has one of per cell (packed).
     cost_sums: dict[str, Any]
@@ -527,6 +543,7 @@ class CampaignEntry:
                 "perInstance": per_instance,
                 "reps": self.reps,
                 "resolvedCount": self.resolved_count,
+                "judgedCount": self.judged_count,
                 "cellsCached": self.cells_cached,
             },
             "cost": self.cost,
@@ -642,6 +659,7 @@ def manifest_from_json(data: dict[str, Any], *, with_cells: bool = False) -> Rou
                     shot_receipt_paths=list(action["shotReceiptPaths"]),
                     reps=outcome["reps"],
                     resolved_count=outcome["resolvedCount"],
+                    judged_count=outcome["judgedCount"],
                     cells_cached=outcome["cellsCached"],
                     cost_sums=cost_sums,
                     settled_calls=list(rollout["cost"].get("settledCallIds", [])),
@@ -790,6 +808,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
                 shot_receipt_paths=[] if is_baseline else _receipts_of(receipts, generation, candidate_index),
                 reps=reps,
                 resolved_count=tally.resolved_count(reps, baseline_instances),
+                judged_count=tally.judged_count(baseline_instances),
                 cells_cached=tally.cached,
                 cost_sums=tally.cost_json(),
                 settled_calls=cost_ledger.settled_calls_for(campaign_dir),
@@ -868,10 +887,10 @@ def read_judge_verdict(run_dir: str | None) -> Any:
 
 
 def reports_unlisted_workers(result: dict[str, Any]) -> bool:
-    """True when result.json says workers ran (`spawned` or `workers` above 0) but has no
-    `recoveredSpend.workerCwds` list to name them: they existed, yet none can be joined."""
-    recovered = result.get("recoveredSpend")
-    if is_record(recovered) and isinstance(recovered.get("workerCwds"), list):
+    """True when result.json says workers ran (`spawned` or `workers` above 0) but names no
+    worker cwd (no `recoveredSpend.workerCwds` list, an empty one, or one without a string):
+    they existed, yet none can be joined."""
+    if worker_cwds_of(result):
         return False
     return any(is_number(result.get(key)) and result[key] > 0 for key in ("spawned", "workers"))
 
