@@ -23,6 +23,7 @@ round's transcripts in memory.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ from rollout_assets.backfill import (
     proposer_lines,
 )
 from rollout_assets.backfill.lines import LineContext
+from rollout_assets.backfill.losses import TranscriptDigest, lost_transcripts
 from rollout_assets.backfill.parallel import (
     CELLS_PER_UNIT,
     CellUnit,
@@ -67,6 +69,10 @@ class RoundChangedError(RuntimeError):
 
 class StageMismatchError(RuntimeError):
     """Two stage files of one round do not fit together (a stage is stale or damaged)."""
+
+
+class TranscriptLossError(RuntimeError):
+    """The rebuilt ledger would lose transcripts the current one holds (see backfill/losses.py)."""
 
 
 @dataclass(frozen=True)
@@ -334,15 +340,20 @@ class WorkerLinesTally(BackfillStats):
     the lines with their supervisors by it, copying them without parsing them again."""
 
     parents: list[list[Any]] = field(default_factory=list)
+    # The ids of the lines holding a transcript, for the ledger stage's loss check.
+    transcripts: TranscriptDigest = field(default_factory=TranscriptDigest)
 
     def observe(self, line: dict[str, Any]) -> None:
         super().observe(line)
         self._add_run(line["parent_rollout_id"], 1)
+        self.transcripts.add(line)
 
     def merge(self, other: BackfillStats) -> None:
         super().merge(other)
         for parent, count in getattr(other, "parents", []):
             self._add_run(parent, count)
+        if isinstance(other, WorkerLinesTally):
+            self.transcripts.merge(other.transcripts)
 
     def _add_run(self, parent: str, count: int) -> None:
         if self.parents and self.parents[-1][0] == parent:
@@ -351,7 +362,7 @@ class WorkerLinesTally(BackfillStats):
             self.parents.append([parent, count])
 
     def counters(self) -> BackfillStats:
-        state = {name: value for name, value in vars(self).items() if name != "parents"}
+        state = {name: value for name, value in vars(self).items() if name not in ("parents", "transcripts")}
         return BackfillStats(**state)
 
 
@@ -392,6 +403,7 @@ def write_worker_sessions(
             "bytes": outputs.worker_sessions.stat().st_size,
             "counters": dataclasses.asdict(stats),
             "parents": tally.parents,
+            "transcripts": tally.transcripts.to_json(),
         },
     )
     return stats
@@ -508,11 +520,10 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
             "re-materialize worker_sessions"
         )
     stats = BackfillStats(**summary["counters"])
+    # None: a worker stage file of an older version, whose transcripts were not counted.
+    transcripts = TranscriptDigest.from_json(summary["transcripts"]) if "transcripts" in summary else None
     runs = iter(summary["parents"])
     pending = next(runs, None)
-    # The stats describe the ledger beside them. rollout_stats runs only once the new ledger
-    # passes its blocking checks, so old stats left here would outlive a ledger that failed them.
-    outputs.stats.unlink(missing_ok=True)
     with WorkerLineRuns(outputs.worker_sessions) as workers, AtomicJsonlWriter(outputs.ledger) as writer:
         for row in read_cell_rows(outputs):
             supervisor = row.supervisor
@@ -532,16 +543,57 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
         for raw, line in _encoded_lines(outputs.proposer_transcripts):
             writer.write_encoded(raw)
             stats.observe(line)
+            if transcripts is not None:
+                transcripts.add(line)
         # Before the ledger is renamed into place: the stage must not fail after it replaced it.
         counters = dataclasses.asdict(stats)
+        _refuse_to_lose_transcripts(outputs, transcripts)
+        # The stats describe the ledger beside them. rollout_stats runs only once the new ledger
+        # passes its blocking checks, so old stats left here would outlive a ledger that failed
+        # them. Removed only now: a stage that fails before this keeps the ledger and its stats.
+        outputs.stats.unlink(missing_ok=True)
     # The counters of exactly this file, for rollout_stats (which runs only once the checks pass).
     # Only a shortcut: without it (or with a stale one, which names another file) rollout_stats
     # counts the ledger again, so failing to write it does not fail the stage.
+    record: dict[str, Any] = {"ledger": file_identity(outputs.ledger), "counters": counters}
+    if transcripts is not None:
+        record["transcripts"] = transcripts.to_json()
     try:
-        write_json_atomic(outputs.ledger_stats, {"ledger": file_identity(outputs.ledger), "counters": counters})
+        write_json_atomic(outputs.ledger_stats, record)
     except OSError:
         pass
     return stats
+
+
+def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDigest | None) -> None:
+    """Raise TranscriptLossError when the ledger being written would lose a transcript the
+    round's current ledger holds (see backfill/losses.py); the current ledger then stays.
+
+    The current ledger is read only when its recorded digest differs from the new one's, or
+    when it has none (a ledger the ledger stage did not write, or written by an older version).
+    """
+    if not outputs.ledger.exists():
+        return
+    try:
+        recorded = read_json(outputs.ledger_stats)
+    except (OSError, ValueError):
+        recorded = None
+    if (
+        transcripts is not None
+        and isinstance(recorded, dict)
+        and recorded.get("ledger") == file_identity(outputs.ledger)
+        and recorded.get("transcripts") == transcripts.to_json()
+    ):
+        return
+    new_lines = itertools.chain(iter_jsonl(outputs.worker_sessions), iter_jsonl(outputs.proposer_transcripts))
+    lost = lost_transcripts(outputs.ledger, new_lines)
+    if lost:
+        examples = "; ".join(transcript.describe() for transcript in lost[:3])
+        raise TranscriptLossError(
+            f"{outputs.ledger}: the rebuilt ledger would lose {len(lost)} transcript(s) this ledger holds and "
+            f"the stores no longer have, among them {examples}. The ledger is kept as it is. To replace it "
+            "anyway, move it aside (it keeps those transcripts) and materialize rollout_ledger again."
+        )
 
 
 def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:

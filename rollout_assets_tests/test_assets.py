@@ -492,6 +492,32 @@ def test_missing_opencode_db_still_materializes_with_gap_lines(tmp_path: Path) -
     assert found["worker_sessions"]["sessions_joined"] == 0
 
 
+def test_a_rerun_without_the_store_keeps_the_ledger_whose_transcripts_it_would_lose(tmp_path: Path) -> None:
+    """The store became unavailable (moved, collected) after the round was materialized: the
+    rerun would replace every worker transcript with a gap line. rollout_ledger refuses, the
+    ledger and its stats stay, and nothing downstream runs on the refused ledger."""
+    layout = write_rounds(tmp_path / "demo")
+    folder = tmp_path / "ledgers" / ROUND
+    with instance_for_test() as test_instance:
+        first = materialize_round(test_instance, round_resources(layout, tmp_path / "ledgers"))
+        full_workers = metadata_values(materializations(first)["rollout_ledger"].metadata)["lines_worker"] - sum(
+            1 for line in read_jsonl(folder / "rollout-ledger.jsonl") if line["role"] == "worker" and not line["messages"]
+        )
+        before = {path: path.read_bytes() for path in (folder / "rollout-ledger.jsonl", folder / "rollout-stats.json")}
+        rerun = materialize_round(
+            test_instance, round_resources(layout, tmp_path / "ledgers", opencode_db=tmp_path / "gone.db")
+        )
+
+    assert first.success and not rerun.success
+    failures = step_failures(rerun)
+    assert list(failures) == ["rollout_ledger"]
+    assert f"would lose {full_workers} transcript(s)" in failures["rollout_ledger"]
+    assert "move it aside" in failures["rollout_ledger"]
+    assert {path: path.read_bytes() for path in before} == before
+    assert "rollout_ledger" not in materializations(rerun) and "rollout_stats" not in materializations(rerun)
+    assert set(evaluations(rerun)) == {"every_cell_lists_its_workers"}  # no ledger check ran
+
+
 def test_missing_round_directory_fails_clearly(tmp_path: Path) -> None:
     layout = write_rounds(tmp_path / "demo")
     with instance_for_test() as test_instance:

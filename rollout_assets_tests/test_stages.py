@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from rollout_assets import stages
 from rollout_assets.backfill import parallel
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.demo import DemoLayout
+from rollout_assets.ledger import iter_jsonl
 from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
+    TranscriptLossError,
     WorkerLineRuns,
     write_campaign_cells,
     write_manifest,
@@ -166,6 +170,76 @@ def test_ledger_stage_does_not_fail_once_its_ledger_is_in_place(staged: RoundOut
 
     assert counted.lines == len(staged.ledger.read_bytes().splitlines())
     assert staged.stats.read_bytes() == stats_before
+
+
+def _rebuild(demo: DemoLayout, outputs: RoundOutputs, opencode_db: Path, claude: Path) -> None:
+    """Every stage again, as a re-materialization of the round does, on these stores."""
+    out_dir = demo.rounds_root / ROUND
+    write_manifest(out_dir, outputs)
+    write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=1)
+    write_worker_sessions(outputs, opencode_db, CAPTURED_AT, workers=1)
+    write_proposer_transcripts(outputs, claude, CAPTURED_AT)
+    write_rollout_ledger(outputs)
+
+
+def _full_lines(outputs: RoundOutputs, role: str) -> list[dict]:
+    return [line for line in iter_jsonl(outputs.ledger) if line["role"] == role and line["messages"]]
+
+
+def test_a_rebuild_after_the_store_lost_a_session_keeps_the_ledger_until_it_is_moved_aside(
+    demo: DemoLayout, staged: RoundOutputs, tmp_path: Path
+) -> None:
+    store = Path(shutil.copy(demo.opencode_db, tmp_path / "opencode.db"))
+    worker = _full_lines(staged, "worker")[5]
+    session_id = worker["artifacts"]["transcript_ref"].removeprefix("opencode:")
+    with sqlite3.connect(store) as connection:  # opencode's garbage collection, by plain SQL
+        connection.execute("DELETE FROM part WHERE message_id IN (SELECT id FROM message WHERE session_id = ?)", (session_id,))
+        connection.execute("DELETE FROM message WHERE session_id = ?", (session_id,))
+        connection.execute("DELETE FROM session WHERE id = ?", (session_id,))
+    connection.close()
+    kept = {path: path.read_bytes() for path in (staged.ledger, staged.stats)}
+
+    with pytest.raises(TranscriptLossError, match=f"would lose 1 transcript.*opencode:{session_id}.*move it aside"):
+        _rebuild(demo, staged, store, demo.claude_projects_dir)
+    assert {path: path.read_bytes() for path in kept} == kept  # the ledger and its stats stay
+
+    staged.ledger.rename(tmp_path / "kept-aside.jsonl")
+    _rebuild(demo, staged, store, demo.claude_projects_dir)
+    rebuilt = {line["rollout_id"]: line for line in iter_jsonl(staged.ledger)}
+    assert worker["rollout_id"] not in rebuilt
+    assert any(
+        line["parent_rollout_id"] == worker["parent_rollout_id"]
+        and line["outcome"]["metrics"]["worker_cwd"] == worker["outcome"]["metrics"]["worker_cwd"]
+        and line["messages"] == []
+        for line in rebuilt.values()
+    )
+
+
+def test_a_rebuild_after_a_proposer_transcript_was_deleted_keeps_the_ledger(
+    demo: DemoLayout, staged: RoundOutputs, tmp_path: Path
+) -> None:
+    claude = shutil.copytree(demo.claude_projects_dir, tmp_path / "claude")
+    _rebuild(demo, staged, demo.opencode_db, claude)  # the same transcripts, read from the copy
+    proposer = _full_lines(staged, "proposer")[0]
+    Path(proposer["artifacts"]["transcript_ref"]).unlink()
+    kept = staged.ledger.read_bytes()
+
+    with pytest.raises(TranscriptLossError, match=f"would lose 1 transcript.*proposer {proposer['artifacts']['transcript_ref']}"):
+        _rebuild(demo, staged, demo.opencode_db, claude)
+    assert staged.ledger.read_bytes() == kept
+
+
+def test_a_rebuild_holding_the_same_transcripts_does_not_read_the_ledger(
+    demo: DemoLayout, staged: RoundOutputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[Path] = []
+    monkeypatch.setattr(stages, "lost_transcripts", lambda path, lines: read.append(path) or [])
+
+    _rebuild(demo, staged, demo.opencode_db, demo.claude_projects_dir)
+    assert read == []  # the digests agree
+    staged.ledger_stats.unlink()  # a ledger of unknown transcripts is read
+    _rebuild(demo, staged, demo.opencode_db, demo.claude_projects_dir)
+    assert read == [staged.ledger]
 
 
 def test_later_stages_refuse_a_manifest_lacking_a_key_this_version_needs(

@@ -40,6 +40,7 @@ from rollout_assets.stages import (
     RoundChangedError,
     RoundOutputs,
     StageMismatchError,
+    TranscriptLossError,
     write_campaign_cells,
     write_manifest,
     write_proposer_transcripts,
@@ -91,6 +92,7 @@ _ROUND_ERRORS = (
     InvalidRoundKey,
     RoundChangedError,
     StageMismatchError,
+    TranscriptLossError,
     WriterBusyError,
 )
 
