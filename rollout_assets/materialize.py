@@ -160,6 +160,11 @@ def materialize_rounds(round_keys: list[str]) -> int:
             continue
         with _run_round(instance, key, found[key]) as result:
             failed += not _report_round(result, key, ledger_root)
+    if instance.is_ephemeral:
+        # The summary covers the instance's rounds. A temporary instance knows only those
+        # materialized just now, and the summary file is shared: every round under the rounds
+        # root joins it, as on the persistent instance that materialized them earlier.
+        instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, sorted(found))
     summary = defs.resolve_job_def("materialize_summary").execute_in_process(
         instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
     )

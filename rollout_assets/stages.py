@@ -409,10 +409,6 @@ def write_worker_sessions(
     return stats
 
 
-def opencode_was_available(outputs: RoundOutputs) -> bool:
-    return bool(read_json(outputs.worker_sessions_summary)["opencodeDbAvailable"])
-
-
 # ---------------------------------------------------------------------------
 # proposer_transcripts
 # ---------------------------------------------------------------------------
@@ -552,9 +548,10 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
         # passes its blocking checks, so old stats left here would outlive a ledger that failed
         # them. Removed only now: a stage that fails before this keeps the ledger and its stats.
         outputs.stats.unlink(missing_ok=True)
-    # The counters of exactly this file, for rollout_stats (which runs only once the checks pass).
-    # Only a shortcut: without it (or with a stale one, which names another file) rollout_stats
-    # counts the ledger again, so failing to write it does not fail the stage.
+    # The counters of exactly this file (its identity: inode, size, mtime), for rollout_stats,
+    # which runs only once the checks passed and refuses a ledger this record does not name.
+    # The new ledger is in place already: failing to write the record must not fail the stage
+    # (rollout_stats then asks for the ledger to be materialized again).
     record: dict[str, Any] = {"ledger": file_identity(outputs.ledger), "counters": counters}
     if transcripts is not None:
         record["transcripts"] = transcripts.to_json()
@@ -597,17 +594,25 @@ def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDi
 
 
 def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
-    """Store the counters of the written ledger next to it: those the ledger stage counted,
-    when the ledger is still the file it wrote; else counted again from the ledger."""
+    """Store the counters the ledger stage counted next to the ledger, refusing a ledger that
+    is no longer the file the ledger stage wrote: the checks that let this stage run judged
+    that file, not one changed or replaced after it."""
     try:
         counted = read_json(outputs.ledger_stats)
-    except (OSError, ValueError):
-        counted = None
-    if counted is not None and counted["ledger"] == file_identity(outputs.ledger):
-        stats = BackfillStats(**counted["counters"])
-    else:
-        stats = BackfillStats(opencode_db_available=opencode_was_available(outputs))
-        for line in iter_jsonl(outputs.ledger):
-            stats.observe(line)
+    except (OSError, ValueError) as error:
+        raise StageMismatchError(
+            f"{outputs.ledger_stats} cannot be read ({error}), so {outputs.ledger} cannot be told to be the "
+            "ledger rollout_ledger wrote and its checks judged; re-materialize rollout_ledger"
+        ) from error
+    try:
+        identity = file_identity(outputs.ledger)
+    except FileNotFoundError as error:
+        raise StageMismatchError(f"{outputs.ledger} does not exist; materialize rollout_ledger") from error
+    if counted.get("ledger") != identity:
+        raise StageMismatchError(
+            f"{outputs.ledger} changed after rollout_ledger wrote it and its checks judged it; "
+            "re-materialize rollout_ledger"
+        )
+    stats = BackfillStats(**counted["counters"])
     write_json_atomic(outputs.stats, stats.to_json())
     return stats

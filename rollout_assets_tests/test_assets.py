@@ -8,6 +8,7 @@ expected ledger is what the command-line backfill writes for the same round.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -440,6 +441,29 @@ def test_rollout_stats_alone_writes_the_stats_of_a_ledger_that_passed(tmp_path: 
     assert stats.read_bytes() == written
 
 
+def test_rollout_stats_alone_refuses_a_ledger_cut_after_its_checks_passed(tmp_path: Path) -> None:
+    from dagster import materialize
+
+    from rollout_assets.defs.assets import rollout_stats
+    from rollout_assets_tests.dagster_rounds import ALL_ROUND_DEFS
+
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    resources = round_resources(layout, tmp_path / "ledgers")
+    folder = tmp_path / "ledgers" / SMALL_SPEC.name
+    with instance_for_test() as test_instance:
+        assert materialize_round(test_instance, resources, SMALL_SPEC.name).success
+        stats = (folder / "rollout-stats.json").read_bytes()
+        ledger = folder / "rollout-ledger.jsonl"
+        ledger.write_bytes(b"".join(ledger.read_bytes().splitlines(keepends=True)[:-5]))  # as `head` would
+        alone = materialize(ALL_ROUND_DEFS, selection=[rollout_stats.key], partition_key=SMALL_SPEC.name,
+                            instance=test_instance, resources=resources, raise_on_error=False)  # fmt: skip
+
+    assert step_failures(alone)["rollout_stats"] == (
+        f"{ledger} changed after rollout_ledger wrote it and its checks judged it; re-materialize rollout_ledger"
+    )
+    assert (folder / "rollout-stats.json").read_bytes() == stats
+
+
 def test_a_cost_sum_beyond_a_double_materializes_the_round_with_an_unknown_cost(tmp_path: Path) -> None:
     from dagster import materialize
 
@@ -579,6 +603,28 @@ def test_rollout_assets_materialize_command_passes_every_check_of_every_round(tm
     with DagsterInstance.from_config(str(home)) as stored:
         assert stored.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME) == [ROUND, SMALL_SPEC.name]
     assert pickled_files(home / "storage") == []
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_of_one_round_on_a_temporary_instance_keeps_the_others_in_the_summary(
+    tmp_path: Path,
+) -> None:
+    import pandas as pd
+
+    other = dataclasses.replace(SMALL_SPEC, name="round-009")
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC, other))
+    env = _cli_env(tmp_path / "unused", layout, tmp_path / "ledgers")
+    del env["DAGSTER_HOME"]  # a temporary instance per command
+    command = [str(VENV_BIN / "rollout-assets"), "materialize"]
+    run = {"check": False, "cwd": PROJECT_DIR, "env": env, "capture_output": True, "text": True, "timeout": 300}
+
+    every_round = subprocess.run(command, **run)
+    one_round = subprocess.run([*command, other.name], **run)
+
+    assert every_round.returncode == 0 == one_round.returncode, one_round.stderr[-3000:]
+    assert "using a temporary instance" in one_round.stderr
+    summary = pd.read_parquet(tmp_path / "ledgers" / "rounds-summary.parquet")
+    assert sorted(summary["round"]) == [SMALL_SPEC.name, other.name]
 
 
 @pytest.mark.slow

@@ -363,13 +363,30 @@ def _start_writing(layout: DemoLayout, what: str) -> Path:
         folder = layout.rounds_root / ROUND / "improve-run" / "gen-2" / "candidate-0"
         folder.mkdir(parents=True)
         return folder
+    if what == "generation being copied":  # `cp -a`: finished folders keep their old dates
+        folder = layout.rounds_root / ROUND / "improve-run" / "gen-2"
+        folder.mkdir()
+        return folder
+    if what == "round folder being copied":  # its improve-run is done, its proposer-shots not yet
+        (layout.rounds_root / ROUND / "proposer-shots.partial").mkdir()
+        return layout.rounds_root / ROUND
     receipt = site["flat_receipt" if what == "receipt" else "per_author_receipt"].receipt_path
     # The writer's temporary file: not a receipt name, only its folder's mtime says so.
     (receipt.parent / "gen9-cand0-shot0.json.partial").write_text("{", encoding="utf-8")
     return receipt.parent
 
 
-@pytest.mark.parametrize("what", ["cell whose arm is running", "new campaign", "receipt", "author receipt"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "cell whose arm is running",
+        "new campaign",
+        "receipt",
+        "author receipt",
+        "generation being copied",
+        "round folder being copied",
+    ],
+)
 def test_a_round_whose_folders_are_being_written_waits(fresh: DemoLayout, what: str) -> None:
     age(fresh.root, 3600)
     _start_writing(fresh, what)

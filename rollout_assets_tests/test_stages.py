@@ -133,18 +133,18 @@ def test_worker_line_runs_hand_out_whole_lines_as_byte_ranges(
         assert runs.next_lines(1) == (0, -1)
 
 
-def test_stats_stage_recounts_a_ledger_replaced_after_the_ledger_stage(staged: RoundOutputs) -> None:
-    counted = json.loads(staged.stats.read_text())
+def test_stats_stage_refuses_a_ledger_replaced_after_the_ledger_stage(staged: RoundOutputs) -> None:
+    """The checks that let rollout_stats run judged the file rollout_ledger wrote: one cut or
+    replaced since (here by `head`, then a move) gets no stats."""
+    stats_before = staged.stats.read_bytes()
     lines = staged.ledger.read_bytes().splitlines(keepends=True)
     replacement = staged.ledger.with_name("replacement.jsonl")
     replacement.write_bytes(b"".join(lines[:-1]))
     shutil.move(replacement, staged.ledger)
 
-    write_rollout_stats(staged)
-
-    recounted = json.loads(staged.stats.read_text())
-    assert recounted["lines"] == counted["lines"] - 1 == len(lines) - 1
-    assert recounted["byRole"]["proposer"] == counted["byRole"]["proposer"] - 1
+    with pytest.raises(StageMismatchError, match="changed after rollout_ledger wrote it.*re-materialize rollout_ledger"):
+        write_rollout_stats(staged)
+    assert staged.stats.read_bytes() == stats_before
 
 
 def test_stats_stage_takes_the_ledger_stage_counters_when_the_ledger_is_unchanged(staged: RoundOutputs) -> None:
@@ -159,17 +159,16 @@ def test_stats_stage_takes_the_ledger_stage_counters_when_the_ledger_is_unchange
 
 
 def test_ledger_stage_does_not_fail_once_its_ledger_is_in_place(staged: RoundOutputs) -> None:
-    # The counters beside the ledger are a shortcut for rollout_stats: when they cannot be
-    # written (here a folder holds their name), the new ledger stands and the stats recount it.
-    stats_before = staged.stats.read_bytes()
+    # The record of the ledger it wrote cannot be written (a folder holds its name): the new
+    # ledger stands, and rollout_stats, unable to tell it is that ledger, asks for a new one.
     staged.ledger_stats.unlink()
     staged.ledger_stats.mkdir()
 
     counted = write_rollout_ledger(staged)
-    write_rollout_stats(staged)
 
     assert counted.lines == len(staged.ledger.read_bytes().splitlines())
-    assert staged.stats.read_bytes() == stats_before
+    with pytest.raises(StageMismatchError, match="cannot be read.*re-materialize rollout_ledger"):
+        write_rollout_stats(staged)
 
 
 def _rebuild(demo: DemoLayout, outputs: RoundOutputs, opencode_db: Path, claude: Path) -> None:

@@ -455,6 +455,8 @@ def rollout_stats(
         )
     try:
         stats = write_rollout_stats(outputs)
+    except StageMismatchError as error:
+        raise _fail(error, key) from error
     except (OSError, ValueError) as error:
         raise Failure(
             description=f"round {key}: the stats of {outputs.ledger} cannot be written: {error}",

@@ -106,7 +106,10 @@ def _input_files(out_dir: Path) -> tuple[list[Path], list[Path], int, int]:
     # and its proposer lines' patch_path. Every .patch there is taken, whichever commit it is for.
     candidates = out_dir / "candidates"
     files += [candidates / name for name in _listdir(candidates) if name.endswith(".patch")]
-    folders: list[Path] = []
+    # The round's own folders too: a copy that keeps timestamps (`cp -a`, `rsync -a`) dates
+    # every finished folder and file in the past, and only the folders it is still filling
+    # (the round, improve-run, a generation without its candidates yet) say it is not done.
+    folders: list[Path] = [out_dir, improve, *(improve / name for name in _listdir(improve))]
     cells = 0
     for _, _, campaign in discover_campaigns(out_dir):
         folders.append(campaign)
