@@ -1195,6 +1195,15 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
     )
 
 
+def _not_in_place(expected_ids: list[str], seen_ids: list[str]) -> int:
+    """How many lines keep the ledger from being the expected sequence: those expected but not
+    there plus those there but not expected; 1 for a ledger holding exactly the expected lines
+    in another order."""
+    expected, seen = Counter(expected_ids), Counter(seen_ids)
+    absent_or_extra = (expected - seen).total() + (seen - expected).total()
+    return absent_or_extra or (1 if seen_ids != expected_ids else 0)
+
+
 def _same_reward(seen: Any, expected: Any) -> bool:
     if expected is None or seen is None:
         return seen is expected
@@ -1287,7 +1296,7 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
         passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or faults),
         expected=len(expected_ids),
         seen=len(seen_ids),
-        missing=foreign_lines + ledger.ids_not_matching_fields + faults + (1 if out_of_place else 0),
+        missing=foreign_lines + ledger.ids_not_matching_fields + faults + _not_in_place(expected_ids, seen_ids),
         sample=_sample(problems),
         details={
             "run_id": inputs.run_id,

@@ -770,6 +770,20 @@ def test_the_order_and_identity_check_names_the_first_line_out_of_place(
     assert any(f":{first + 1}: expected supervisor " in problem for problem in result.sample)
     assert (result.details["ids_not_matching_fields"], result.details["wrong_rewards"]) == (0, 0)
     assert second > first
+    assert result.missing == 1  # the same lines in another order
+
+
+def test_the_order_and_identity_check_counts_every_line_not_in_place(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout
+) -> None:
+    """Two lines dropped: two lines are not where the inputs put them, not one."""
+    workers = [index for index, line in enumerate(lines) if line["role"] == "worker"]
+    for index in reversed(workers[:2]):
+        del lines[index]
+
+    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert (result.passed, result.expected - result.seen, result.missing) == (False, 2, 2)
 
 
 def test_the_order_and_identity_check_reports_a_changed_reward_with_the_cells_verdict(

@@ -175,6 +175,34 @@ def test_the_summary_is_requested_after_a_rounds_stats_while_other_rounds_have_n
     assert second.get_num_requested(rounds_summary.key) == 1
 
 
+def test_the_summary_is_requested_again_when_a_rounds_new_ledger_fails_its_checks(
+    demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its stats are gone with the old ledger, and rollout_stats does not run: the summary must
+    follow the ledger too, or it keeps showing the old counts."""
+    resources = round_resources(demo, tmp_path / "ledgers")
+    defs = Definitions(assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, rounds_summary], asset_checks=ROUND_CHECKS,
+                       resources=resources)
+    ticks = []
+    with instance_for_test() as instance:
+
+        def tick() -> None:
+            cursor = ticks[-1].cursor if ticks else None
+            ticks.append(evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor))
+
+        tick()
+        assert materialize_round(instance, resources, SMALL_SPEC.name).success
+        tick()  # requested: the automation sensor runs it
+        assert materialize_summary(instance, resources).success
+        tick()  # up to date
+        with monkeypatch.context() as patched:
+            lose_a_worker_line_in_the_ledger_stage(patched)
+            assert not materialize_round(instance, resources, SMALL_SPEC.name).success
+        tick()
+
+    assert [result.get_num_requested(rounds_summary.key) for result in ticks] == [0, 1, 0, 1]
+
+
 def test_a_ledger_materialized_again_alone_leaves_the_round_out_as_stats_out_of_date(demo, tmp_path: Path) -> None:
     from rollout_assets.defs.assets import rollout_ledger
 

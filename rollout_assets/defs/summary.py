@@ -9,7 +9,7 @@ from dagster import (
     asset,
 )
 
-from rollout_assets.defs.assets import OWNERS, ledger_checks, rollout_stats
+from rollout_assets.defs.assets import OWNERS, ledger_checks, rollout_ledger, rollout_stats
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME, round_key_problem
 from rollout_assets.defs.resources import (
     ClaudeProjects,
@@ -62,7 +62,9 @@ def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
 
 
 @asset(
-    deps=[rollout_stats],
+    # rollout_ledger too: a new ledger that fails its checks removes the round's stats without
+    # rollout_stats being materialized, and the summary must then leave the round out.
+    deps=[rollout_stats, rollout_ledger],
     group_name=SUMMARY_GROUP,
     kinds={"python", "pandas", "parquet"},
     owners=OWNERS,
