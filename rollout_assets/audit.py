@@ -1265,10 +1265,12 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
     expected_by_id = {line.rollout_id: line for line in inputs.expected}
     # Per kind of fault: how many lines have it, and the first SAMPLE_SIZE (worded below).
     wrong: dict[str, list[Any]] = {kind: [0, []] for kind in _FAULT_WORDS}
+    lines_at_fault: set[int] = set()
 
     def fault(kind: str, seen: SeenLine, line: ExpectedLine, why: str | None = None) -> None:
         tally = wrong[kind]
         tally[0] += 1
+        lines_at_fault.add(seen.lineno)
         if len(tally[1]) < SAMPLE_SIZE:
             tally[1].append(f"{ledger.path}:{seen.lineno}: {_FAULT_WORDS[kind](seen, line, why)}")
 
@@ -1296,7 +1298,9 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
         passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or faults),
         expected=len(expected_ids),
         seen=len(seen_ids),
-        missing=foreign_lines + ledger.ids_not_matching_fields + faults + _not_in_place(expected_ids, seen_ids),
+        # Lines of another run and lines whose id does not fit their fields carry ids the
+        # inputs do not give: they are among the lines absent or extra.
+        missing=_not_in_place(expected_ids, seen_ids) + len(lines_at_fault) + ledger.wrong_reward_sources,
         sample=_sample(problems),
         details={
             "run_id": inputs.run_id,

@@ -516,8 +516,8 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
             "re-materialize worker_sessions"
         )
     stats = BackfillStats(**summary["counters"])
-    # None: a worker stage file of an older version, whose transcripts were not counted.
-    transcripts = TranscriptDigest.from_json(summary["transcripts"]) if "transcripts" in summary else None
+    # None: a worker stage file of an older version (or damaged), whose transcripts are not known.
+    transcripts = TranscriptDigest.from_json(summary.get("transcripts"))
     runs = iter(summary["parents"])
     pending = next(runs, None)
     with WorkerLineRuns(outputs.worker_sessions) as workers, AtomicJsonlWriter(outputs.ledger) as writer:
@@ -582,14 +582,19 @@ def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDi
         and recorded.get("transcripts") == transcripts.to_json()
     ):
         return
-    new_lines = itertools.chain(iter_jsonl(outputs.worker_sessions), iter_jsonl(outputs.proposer_transcripts))
+    new_lines = itertools.chain(
+        (row.supervisor for row in read_cell_rows(outputs)),
+        iter_jsonl(outputs.worker_sessions),
+        iter_jsonl(outputs.proposer_transcripts),
+    )
     lost = lost_transcripts(outputs.ledger, new_lines)
     if lost:
         examples = "; ".join(transcript.describe() for transcript in lost[:3])
         raise TranscriptLossError(
             f"{outputs.ledger}: the rebuilt ledger would lose {len(lost)} transcript(s) this ledger holds and "
-            f"the stores no longer have, among them {examples}. The ledger is kept as it is. To replace it "
-            "anyway, move it aside (it keeps those transcripts) and materialize rollout_ledger again."
+            f"the stores no longer provide (gone, or the store unreadable), among them {examples}. "
+            "The ledger is kept as it is. To replace it anyway, move it aside (it keeps those transcripts) "
+            "and materialize rollout_ledger again."
         )
 
 
@@ -608,11 +613,16 @@ def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
         identity = file_identity(outputs.ledger)
     except FileNotFoundError as error:
         raise StageMismatchError(f"{outputs.ledger} does not exist; materialize rollout_ledger") from error
-    if counted.get("ledger") != identity:
+    if not isinstance(counted, dict) or counted.get("ledger") != identity:
         raise StageMismatchError(
             f"{outputs.ledger} changed after rollout_ledger wrote it and its checks judged it; "
             "re-materialize rollout_ledger"
         )
-    stats = BackfillStats(**counted["counters"])
+    try:
+        stats = BackfillStats(**counted["counters"])
+    except (KeyError, TypeError) as error:
+        raise StageMismatchError(
+            f"{outputs.ledger_stats} does not hold the ledger's counters ({error!r}); re-materialize rollout_ledger"
+        ) from error
     write_json_atomic(outputs.stats, stats.to_json())
     return stats

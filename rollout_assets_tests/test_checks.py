@@ -8,6 +8,7 @@ the checks executed, and a full run where a blocking check stops `rollout_stats`
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -784,6 +785,18 @@ def test_the_order_and_identity_check_counts_every_line_not_in_place(
     result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert (result.passed, result.expected - result.seen, result.missing) == (False, 2, 2)
+
+
+def test_the_order_and_identity_check_counts_a_line_of_another_round_once(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout
+) -> None:
+    foreign = copy.deepcopy(lines[0])
+    foreign["run_id"] = "another-round"
+    lines.append(foreign)
+
+    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+
+    assert (result.passed, result.details["lines_of_another_run"], result.missing) == (False, 1, 1)
 
 
 def test_the_order_and_identity_check_reports_a_changed_reward_with_the_cells_verdict(

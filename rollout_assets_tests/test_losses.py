@@ -12,38 +12,26 @@ from typing import Any
 
 from rollout_assets.backfill.losses import TranscriptDigest, lost_transcripts
 
-SUPERVISOR = "sup-1"
-CWD = "/clones/w1"
+CANDIDATE = "gen0-cand0"
 
 
-def worker(rollout_id: str, *, messages: int = 2, parent: str = SUPERVISOR, cwd: str = CWD) -> dict[str, Any]:
-    return {
-        "rollout_id": rollout_id,
-        "parent_rollout_id": parent,
-        "role": "worker",
-        "candidate_id": "gen0-cand0",
-        "task": {"instance_id": "a__a-1"},
-        "messages": [{"role": "user", "content": "go"}] * messages,
-        "outcome": {"metrics": {"worker_cwd": cwd}},
-        "artifacts": {"transcript_ref": f"opencode:{rollout_id}" if messages else None},
-    }
+def supervisor(instance: str = "a__a-1", rep: int = 0, *, run: str = "r1") -> dict[str, Any]:
+    return {"rollout_id": f"{run}-sup-{instance}-{rep}", "role": "supervisor", "candidate_id": CANDIDATE,
+            "task": {"instance_id": instance, "rep": rep}, "messages": [], "artifacts": {"transcript_ref": None}}
 
 
-def proposer(rollout_id: str, *, messages: int = 2) -> dict[str, Any]:
-    return {
-        "rollout_id": rollout_id,
-        "parent_rollout_id": None,
-        "role": "proposer",
-        "candidate_id": "gen0-cand0",
-        "task": {"instance_id": "gen0-cand0"},
-        "messages": [{"role": "user", "content": "go"}] * messages,
-        "outcome": {"metrics": {}},
-        "artifacts": {"transcript_ref": f"/claude/{rollout_id}.jsonl" if messages else "/round/receipt.json"},
-    }
+def worker(session: str | None, messages: int = 2, *, instance: str = "a__a-1", rep: int = 0, run: str = "r1") -> dict[str, Any]:
+    """A worker line of the cell (instance, rep); `session` None: a gap line."""
+    return {"rollout_id": f"{run}-{session}", "role": "worker", "candidate_id": CANDIDATE,
+            "task": {"instance_id": instance, "rep": rep}, "messages": [{"role": "user"}] * (messages if session else 0),
+            "artifacts": {"transcript_ref": f"opencode:{session}" if session else None}}
 
 
-def supervisor(rollout_id: str = SUPERVISOR) -> dict[str, Any]:
-    return {"rollout_id": rollout_id, "parent_rollout_id": None, "role": "supervisor", "messages": []}
+def proposer(transcript: str | None, messages: int = 2, *, shot: int = 0, folder: str = "/claude/p") -> dict[str, Any]:
+    """A proposer line of shot `shot`; `transcript` None: a gap line."""
+    return {"rollout_id": f"shot-{shot}", "role": "proposer", "candidate_id": CANDIDATE,
+            "task": {"instance_id": CANDIDATE, "rep": shot}, "messages": [{"role": "user"}] * (messages if transcript else 0),
+            "artifacts": {"transcript_ref": f"{folder}/{transcript}.jsonl" if transcript else "/round/receipt.json"}}
 
 
 def ledger(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
@@ -52,67 +40,83 @@ def ledger(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
-def lost_ids(tmp_path: Path, current: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
-    return [lost.rollout_id for lost in lost_transcripts(ledger(tmp_path, current), new)]
+def lost(tmp_path: Path, current: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    return [transcript.describe() for transcript in lost_transcripts(ledger(tmp_path, current), new)]
 
 
-def test_the_same_transcripts_in_another_order_lose_nothing(tmp_path: Path) -> None:
-    lines = [supervisor(), worker("w1"), worker("w2"), proposer("p1")]
+CURRENT = [supervisor(), worker("ses_1", 8), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2"),
+           proposer("t0", shot=0), proposer("t1", shot=1)]
 
-    assert lost_ids(tmp_path, lines, [proposer("p1"), worker("w2"), worker("w1")]) == []
+
+def test_the_same_transcripts_under_another_run_id_order_and_projects_folder_lose_nothing(tmp_path: Path) -> None:
+    rebuilt = [proposer("t1", shot=1, folder="/moved"), proposer("t0", shot=0, folder="/moved"),
+               supervisor("b__b-2", run="r2"), worker("ses_3", instance="b__b-2", run="r2"),
+               supervisor(run="r2"), worker("ses_2", run="r2"), worker("ses_1", 9, run="r2")]  # ses_1 grew
+
+    assert lost(tmp_path, CURRENT, rebuilt) == []
 
 
 def test_a_worker_line_become_a_gap_loses_its_transcript(tmp_path: Path) -> None:
-    current = [supervisor(), worker("w1"), worker("w2")]
-    rebuilt = [worker("gap-for-cwd", messages=0), worker("w2")]
+    rebuilt = [supervisor(), worker(None), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2"),
+               proposer("t0", shot=0), proposer("t1", shot=1)]
 
-    (lost,) = lost_transcripts(ledger(tmp_path, current), rebuilt)
-
-    assert (lost.role, lost.rollout_id, lost.transcript_ref) == ("worker", "w1", "opencode:w1")
-    assert "worker opencode:w1 (gen0-cand0 a__a-1, rollout w1)" == lost.describe()
+    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (all 8 messages lost)"]
 
 
-def test_a_session_gone_while_another_of_its_cwd_stays_is_lost(tmp_path: Path) -> None:
-    # No gap line at all: the cwd's other session still joins.
-    assert lost_ids(tmp_path, [worker("w1"), worker("w2")], [worker("w2")]) == ["w1"]
+def test_a_session_gone_while_another_of_its_cell_stays_is_lost(tmp_path: Path) -> None:
+    rebuilt = [supervisor(), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]
+
+    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (all 8 messages lost)"]
 
 
-def test_a_session_whose_parts_are_gone_is_lost_although_its_id_stays(tmp_path: Path) -> None:
-    assert lost_ids(tmp_path, [worker("w1")], [worker("w1", messages=0)]) == ["w1"]
+def test_a_cell_that_can_no_longer_list_its_workers_loses_their_transcripts(tmp_path: Path) -> None:
+    # Its result.json is gone: the supervisor line stays, with no worker line.
+    rebuilt = [supervisor(), supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]
+
+    assert len(lost(tmp_path, CURRENT, rebuilt)) == 2
 
 
-def test_a_proposer_line_become_a_gap_loses_its_transcript(tmp_path: Path) -> None:
-    assert lost_ids(tmp_path, [proposer("p1"), proposer("p2")], [proposer("p1"), proposer("p2", messages=0)]) == ["p2"]
+def test_a_shortened_session_loses_the_messages_it_no_longer_has(tmp_path: Path) -> None:
+    rebuilt = [supervisor(), worker("ses_1", 1), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]
+
+    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (7 of its 8 messages lost)"]
 
 
-def test_transcripts_whose_invocation_left_the_round_are_not_lost(tmp_path: Path) -> None:
-    current = [worker("w1"), worker("w2", cwd="/clones/dropped"), worker("w3", parent="sup-removed"), proposer("p1")]
+def test_a_proposer_line_become_a_gap_or_joined_to_another_shots_transcript_is_a_loss(tmp_path: Path) -> None:
+    # Shot 0's transcript was collected; the window then gives shot 0 shot 1's transcript.
+    swapped = lost(tmp_path, CURRENT, [proposer("t1", shot=0), proposer("t1", shot=1)])
+    gap = lost(tmp_path, CURRENT, [proposer(None, shot=0), proposer("t1", shot=1)])
 
-    assert lost_ids(tmp_path, current, [worker("w1")]) == []
+    assert swapped == gap == ["proposer t0.jsonl of gen0-cand0 gen0-cand0 shot 0 (all 2 messages lost)"]
+
+
+def test_transcripts_whose_cell_or_shot_left_the_round_are_not_lost(tmp_path: Path) -> None:
+    assert lost(tmp_path, CURRENT, [supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]) == []
 
 
 def test_gap_lines_and_unreadable_lines_of_the_current_ledger_hold_nothing_to_lose(tmp_path: Path) -> None:
-    path = ledger(tmp_path, [worker("gap", messages=0), proposer("p0", messages=0)])
+    path = ledger(tmp_path, [supervisor(), worker(None), proposer(None)])
     with path.open("a") as handle:
-        handle.write('{"role": "worker", "messages": [1], "cut off\n')
+        handle.write('{"role": "worker", "messages": [1], "cut off\n42\n[]\n')
 
-    assert lost_transcripts(path, [worker("other"), proposer("p0", messages=0)]) == []
+    assert lost_transcripts(path, [supervisor(), worker(None), proposer(None)]) == []
 
 
-def test_the_digest_is_the_set_of_transcript_ids_whatever_the_order() -> None:
+def test_the_digest_is_the_transcripts_and_their_lengths_whatever_the_order() -> None:
     def digest(lines: list[dict[str, Any]]) -> TranscriptDigest:
         result = TranscriptDigest()
         for line in lines:
             result.add(line)
         return result
 
-    forward = digest([supervisor(), worker("w1"), worker("w2", messages=0), proposer("p1")])
-    backward = digest([proposer("p1"), worker("w1")])
-    halves = digest([worker("w1")])
-    halves.merge(digest([proposer("p1")]))
+    forward = digest([supervisor(), worker("ses_1"), worker(None), proposer("t0")])
+    backward = digest([proposer("t0", folder="/moved"), worker("ses_1", run="r2")])
+    halves = digest([worker("ses_1")])
+    halves.merge(digest([proposer("t0")]))
 
     assert forward == backward == halves
     assert forward.count == 2
     assert TranscriptDigest.from_json(forward.to_json()) == forward
-    assert digest([worker("w1"), proposer("p2")]) != forward
-    assert digest([worker("w1")]) != forward
+    assert digest([worker("ses_1", 3), proposer("t0")]) != forward  # a message more
+    assert digest([worker("ses_1"), proposer("t1")]) != forward  # another transcript
+    assert [TranscriptDigest.from_json(damaged) for damaged in (None, [], {"count": 1}, {"count": 1, "digest": "xyz"})] == [None] * 4

@@ -147,6 +147,17 @@ def test_stats_stage_refuses_a_ledger_replaced_after_the_ledger_stage(staged: Ro
     assert staged.stats.read_bytes() == stats_before
 
 
+@pytest.mark.parametrize(
+    "record", ["null", "[]", "{}", '{"ledger": "IDENTITY"}', '{"ledger": "IDENTITY", "counters": {"nope": 1}}']
+)
+def test_stats_stage_names_a_damaged_record_of_the_ledger(staged: RoundOutputs, record: str) -> None:
+    identity = json.dumps(json.loads(staged.ledger_stats.read_text())["ledger"])
+    staged.ledger_stats.write_text(record.replace('"IDENTITY"', identity))
+
+    with pytest.raises(StageMismatchError, match="re-materialize rollout_ledger"):
+        write_rollout_stats(staged)
+
+
 def test_stats_stage_takes_the_ledger_stage_counters_when_the_ledger_is_unchanged(staged: RoundOutputs) -> None:
     counted = json.loads(staged.ledger_stats.read_text())
     # Counters the ledger stage did not write would be taken as they are: proof they are reused.
@@ -223,7 +234,8 @@ def test_a_rebuild_after_a_proposer_transcript_was_deleted_keeps_the_ledger(
     Path(proposer["artifacts"]["transcript_ref"]).unlink()
     kept = staged.ledger.read_bytes()
 
-    with pytest.raises(TranscriptLossError, match=f"would lose 1 transcript.*proposer {proposer['artifacts']['transcript_ref']}"):
+    name = Path(proposer["artifacts"]["transcript_ref"]).name
+    with pytest.raises(TranscriptLossError, match=f"would lose 1 transcript.*proposer {name} of {proposer['candidate_id']}"):
         _rebuild(demo, staged, demo.opencode_db, claude)
     assert staged.ledger.read_bytes() == kept
 

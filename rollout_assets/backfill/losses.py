@@ -2,21 +2,22 @@
 
 The stores a ledger is built from get garbage-collected: by the time a round is built again (a
 late receipt, a cell added, a file touched), a session or transcript its current ledger holds
-may be gone from them. Rebuilding would then write a gap line where the ledger held the full
-transcript, and the transcript would be lost for good, which is what the ledger is there to
-prevent. So before a ledger is replaced, the transcripts it holds are compared with those of
-the new one.
+may be gone from them, or shorter. Rebuilding would then write a gap line (or a shorter
+transcript, or another shot's transcript) where the ledger held the full one, and the
+transcript would be lost for good, which is what the ledger is there to prevent. So before a
+ledger is replaced, the transcripts it holds are compared with those of the new one.
 
-A line holds a transcript when it is a worker or proposer line with messages. Its rollout_id
-names the invocation and, for a worker, the session (ids.py), so "the same transcript" is "the
-same id with messages". A transcript is lost when the new ledger still has its invocation (the
-worker's supervisor and cwd; the proposer's shot) but not that id with messages: the line became
-a gap, or the cwd's session is gone from the store. A transcript whose invocation left the round
-(a cell removed) is not counted: the round no longer asks for it.
+A line holds a transcript when it is a worker or proposer line with messages. The transcript
+is named without rollout ids or paths of the round, which change when the round's run_id or
+folder does: its line's role, candidate, instance and rep, and its source (the opencode
+session, the Claude transcript file's name). A transcript is lost when its cell (a worker's) or
+its shot (a proposer's) is still in the new ledger, but the new ledger does not hold that
+transcript with at least as many messages. A transcript whose cell or shot left the round (a
+cell removed) is not counted: the round no longer asks for it.
 
 Reading a whole ledger costs about as much as parsing it once, so each ledger carries a digest
-of the ids of its transcripts (order-free: a sum of hashes). When the digests of the current
-and the new ledger agree, both hold the same transcripts and nothing is read.
+of its transcripts (names and message counts; order-free: a sum of hashes). When the digests
+of the current and the new ledger agree, both hold the same transcripts and nothing is read.
 """
 
 from __future__ import annotations
@@ -31,27 +32,46 @@ from rollout_assets.ledger import decode_record
 
 _DIGEST_MODULUS = 1 << 128
 
+# (role, candidate_id, instance_id, rep, source): one transcript of a cell or a shot.
+TranscriptName = tuple[str, str, str, int, str]
 
-def holds_transcript(line: dict[str, Any]) -> bool:
-    return line["role"] in ("worker", "proposer") and len(line["messages"]) > 0
+
+def _place(line: dict[str, Any]) -> tuple[str, str, int]:
+    """The cell (supervisor and worker lines) or the shot (proposer lines) a line belongs to."""
+    return line["candidate_id"], line["task"]["instance_id"], line["task"]["rep"]
 
 
-def _hash(rollout_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(rollout_id.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+def transcript_name(line: dict[str, Any]) -> TranscriptName | None:
+    """The name of the transcript a line holds; None for a line holding none."""
+    if line["role"] not in ("worker", "proposer") or not line["messages"]:
+        return None
+    source = line["artifacts"]["transcript_ref"] or ""
+    if line["role"] == "proposer":
+        # The file's name (Claude's session id): the same transcript read from a moved or
+        # copied projects folder has another path.
+        source = source.rsplit("/", 1)[-1]
+    return (line["role"], *_place(line), source)
+
+
+def _hash(name: TranscriptName, messages: int) -> int:
+    text = "\0".join(str(part) for part in (*name, messages))
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
 
 
 @dataclass
 class TranscriptDigest:
-    """The ids of a ledger's lines that hold a transcript, as a count and an order-free sum of
-    their 128-bit hashes: equal digests mean equal sets, whatever order the lines came in."""
+    """The transcripts of a ledger (names and message counts), as a count and an order-free sum
+    of their 128-bit hashes: equal digests mean equal transcripts, whatever order the lines
+    came in."""
 
     count: int = 0
     total: int = 0
 
     def add(self, line: dict[str, Any]) -> None:
-        if holds_transcript(line):
+        name = transcript_name(line)
+        if name is not None:
             self.count += 1
-            self.total = (self.total + _hash(line["rollout_id"])) % _DIGEST_MODULUS
+            self.total = (self.total + _hash(name, len(line["messages"]))) % _DIGEST_MODULUS
 
     def merge(self, other: TranscriptDigest) -> None:
         self.count += other.count
@@ -61,60 +81,60 @@ class TranscriptDigest:
         return {"count": self.count, "digest": f"{self.total:032x}"}
 
     @classmethod
-    def from_json(cls, value: dict[str, Any]) -> TranscriptDigest:
-        return cls(count=value["count"], total=int(value["digest"], 16))
+    def from_json(cls, value: Any) -> TranscriptDigest | None:
+        """The digest `to_json` wrote; None for anything else (a damaged or older file)."""
+        try:
+            return cls(count=int(value["count"]), total=int(value["digest"], 16))
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)
 class LostTranscript:
     role: str
-    rollout_id: str
     candidate_id: str
     instance_id: str
-    transcript_ref: str | None
+    rep: int
+    source: str
+    messages: int
+    messages_kept: int  # in the new ledger's line for it; 0 when it has none
 
     def describe(self) -> str:
-        return f"{self.role} {self.transcript_ref} ({self.candidate_id} {self.instance_id}, rollout {self.rollout_id})"
+        place = "rep" if self.role == "worker" else "shot"
+        gone = self.messages - self.messages_kept
+        lost = f"{gone} of its {self.messages} messages" if self.messages_kept else f"all {self.messages} messages"
+        return f"{self.role} {self.source} of {self.candidate_id} {self.instance_id} {place} {self.rep} ({lost} lost)"
 
 
 def lost_transcripts(current_ledger: Path, new_lines: Iterable[dict[str, Any]]) -> list[LostTranscript]:
-    """The transcripts `current_ledger` holds that a ledger of `new_lines` (its worker and
-    proposer lines; supervisor lines hold none) would lose, in the current ledger's order.
+    """The transcripts `current_ledger` holds that a ledger of `new_lines` (every line of it, in
+    any order) would lose, in the current ledger's order.
 
     Lines of the current ledger that cannot be parsed are passed over: what cannot be read
     cannot be kept either.
     """
-    kept: set[str] = set()
-    worker_invocations: set[tuple[str, str]] = set()
-    proposer_invocations: set[str] = set()
+    cells: set[tuple[str, str, int]] = set()
+    shots: set[tuple[str, str, int]] = set()
+    kept: dict[TranscriptName, int] = {}
     for line in new_lines:
-        if holds_transcript(line):
-            kept.add(line["rollout_id"])
-        if line["role"] == "worker":
-            worker_invocations.add((line["parent_rollout_id"], line["outcome"]["metrics"]["worker_cwd"]))
+        if line["role"] == "supervisor":
+            cells.add(_place(line))
         elif line["role"] == "proposer":
-            proposer_invocations.add(line["rollout_id"])
+            shots.add(_place(line))
+        name = transcript_name(line)
+        if name is not None:
+            kept[name] = max(kept.get(name, 0), len(line["messages"]))
     lost: list[LostTranscript] = []
     with open(current_ledger, "rb") as ledger:
         for raw in ledger:
             try:
                 line = decode_record(raw)
-                if not holds_transcript(line) or line["rollout_id"] in kept:
+                name = transcript_name(line)
+                if name is None or _place(line) not in (cells if line["role"] == "worker" else shots):
                     continue
-                if line["role"] == "worker":
-                    still_asked = (line["parent_rollout_id"], line["outcome"]["metrics"]["worker_cwd"]) in worker_invocations
-                else:
-                    still_asked = line["rollout_id"] in proposer_invocations
-                if still_asked:
-                    lost.append(
-                        LostTranscript(
-                            line["role"],
-                            line["rollout_id"],
-                            line["candidate_id"],
-                            line["task"]["instance_id"],
-                            line["artifacts"]["transcript_ref"],
-                        )
-                    )
-            except (ValueError, KeyError, TypeError):
+                messages = len(line["messages"])
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            if kept.get(name, 0) < messages:
+                lost.append(LostTranscript(*name, messages=messages, messages_kept=kept.get(name, 0)))
     return lost
