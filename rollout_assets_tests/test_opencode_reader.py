@@ -617,6 +617,18 @@ def test_tool_calls_carry_json_arguments_and_an_empty_object_for_absent_input(tm
     ]
 
 
+def test_a_failed_tool_call_is_answered_by_its_error_message(tmp_path: Path) -> None:
+    transcript = assistant_messages(
+        tmp_path,
+        [
+            tool_part("p1", "m1", "call-1", tool="read", status="error", input={"path": "x"}, error="File not found: x"),
+            tool_part("p2", "m1", "call-2", tool="bash", status="error", error={"not": "text"}),
+        ],
+    )
+
+    assert [message["content"] for message in transcript[1:]] == ["File not found: x", ""]
+
+
 def test_a_lone_surrogate_in_a_tool_input_or_output_is_escaped_in_its_json_text(tmp_path: Path) -> None:
     """A truncated emoji (a lone `\\ud83d` escape) inside a tool's input or non-string output:
     the JSON text made of it carries the escape, as JSON.stringify writes it, not the lone

@@ -346,8 +346,13 @@ def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tool_result(part: dict[str, Any]) -> dict[str, Any]:
-    output = _tool_state(part).get("output")
-    if output is None:
+    state = _tool_state(part)
+    output = state.get("output")
+    if output is None and state.get("status") == "error" and isinstance(state.get("error"), str):
+        # A failed call keeps its message in `state.error`, and that is the result opencode
+        # hands the model; "" would train on a call that answered nothing.
+        content = state["error"]
+    elif output is None:
         content = ""
     elif isinstance(output, str):
         content = output
