@@ -72,7 +72,7 @@ class StageMismatchError(RuntimeError):
 
 
 class TranscriptLossError(RuntimeError):
-    """The rebuilt ledger would lose transcripts the current one holds (see backfill/losses.py)."""
+    """The rebuilt ledger would drop or shorten transcripts the current one holds (see backfill/losses.py)."""
 
 
 @dataclass(frozen=True)
@@ -563,8 +563,9 @@ def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
 
 
 def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDigest | None) -> None:
-    """Raise TranscriptLossError when the ledger being written would lose a transcript the
-    round's current ledger holds (see backfill/losses.py); the current ledger then stays.
+    """Raise TranscriptLossError when the ledger being written would drop or shorten a
+    transcript the round's current ledger holds (see backfill/losses.py); the current ledger
+    then stays.
 
     The current ledger is read only when its recorded digest differs from the new one's, or
     when it has none (a ledger the ledger stage did not write, or written by an older version).
@@ -582,19 +583,16 @@ def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDi
         and recorded.get("transcripts") == transcripts.to_json()
     ):
         return
-    new_lines = itertools.chain(
-        (row.supervisor for row in read_cell_rows(outputs)),
-        iter_jsonl(outputs.worker_sessions),
-        iter_jsonl(outputs.proposer_transcripts),
-    )
+    # Supervisor lines hold no transcript.
+    new_lines = itertools.chain(iter_jsonl(outputs.worker_sessions), iter_jsonl(outputs.proposer_transcripts))
     lost = lost_transcripts(outputs.ledger, new_lines)
     if lost:
         examples = "; ".join(transcript.describe() for transcript in lost[:3])
         raise TranscriptLossError(
-            f"{outputs.ledger}: the rebuilt ledger would lose {len(lost)} transcript(s) this ledger holds and "
-            f"the stores no longer provide (gone, or the store unreadable), among them {examples}. "
-            "The ledger is kept as it is. To replace it anyway, move it aside (it keeps those transcripts) "
-            "and materialize rollout_ledger again."
+            f"{outputs.ledger}: the rebuilt ledger would drop or shorten {len(lost)} transcript(s) this ledger "
+            "holds (gone from the stores or unreadable there, no longer reached from the round's inputs, or "
+            f"converted differently by this version), among them {examples}. The ledger is kept as it is. "
+            "To replace it anyway, move it aside (it keeps those transcripts) and materialize rollout_ledger again."
         )
 
 

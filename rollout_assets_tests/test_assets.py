@@ -535,7 +535,7 @@ def test_a_rerun_without_the_store_keeps_the_ledger_whose_transcripts_it_would_l
     assert first.success and not rerun.success
     failures = step_failures(rerun)
     assert list(failures) == ["rollout_ledger"]
-    assert f"would lose {full_workers} transcript(s)" in failures["rollout_ledger"]
+    assert f"would drop or shorten {full_workers} transcript(s)" in failures["rollout_ledger"]
     assert "move it aside" in failures["rollout_ledger"]
     assert {path: path.read_bytes() for path in before} == before
     assert "rollout_ledger" not in materializations(rerun) and "rollout_stats" not in materializations(rerun)

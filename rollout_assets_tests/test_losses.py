@@ -1,4 +1,4 @@
-"""Transcripts a rebuilt ledger would lose (backfill/losses.py), on small ledger files.
+"""Transcripts a rebuilt ledger would drop or shorten (backfill/losses.py), on small ledger files.
 
 The lines here carry only the fields the comparison reads; test_stages.py and test_assets.py
 run the same comparison on real rounds whose stores lost a session or a transcript.
@@ -20,17 +20,22 @@ def supervisor(instance: str = "a__a-1", rep: int = 0, *, run: str = "r1") -> di
             "task": {"instance_id": instance, "rep": rep}, "messages": [], "artifacts": {"transcript_ref": None}}
 
 
-def worker(session: str | None, messages: int = 2, *, instance: str = "a__a-1", rep: int = 0, run: str = "r1") -> dict[str, Any]:
+def chat(messages: int, text: str = "go") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}] * messages
+
+
+def worker(session: str | None, messages: int = 2, *, instance: str = "a__a-1", rep: int = 0, run: str = "r1",
+           text: str = "go") -> dict[str, Any]:
     """A worker line of the cell (instance, rep); `session` None: a gap line."""
     return {"rollout_id": f"{run}-{session}", "role": "worker", "candidate_id": CANDIDATE,
-            "task": {"instance_id": instance, "rep": rep}, "messages": [{"role": "user"}] * (messages if session else 0),
+            "task": {"instance_id": instance, "rep": rep}, "messages": chat(messages if session else 0, text),
             "artifacts": {"transcript_ref": f"opencode:{session}" if session else None}}
 
 
 def proposer(transcript: str | None, messages: int = 2, *, shot: int = 0, folder: str = "/claude/p") -> dict[str, Any]:
     """A proposer line of shot `shot`; `transcript` None: a gap line."""
     return {"rollout_id": f"shot-{shot}", "role": "proposer", "candidate_id": CANDIDATE,
-            "task": {"instance_id": CANDIDATE, "rep": shot}, "messages": [{"role": "user"}] * (messages if transcript else 0),
+            "task": {"instance_id": CANDIDATE, "rep": shot}, "messages": chat(messages if transcript else 0),
             "artifacts": {"transcript_ref": f"{folder}/{transcript}.jsonl" if transcript else "/round/receipt.json"}}
 
 
@@ -60,38 +65,56 @@ def test_a_worker_line_become_a_gap_loses_its_transcript(tmp_path: Path) -> None
     rebuilt = [supervisor(), worker(None), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2"),
                proposer("t0", shot=0), proposer("t1", shot=1)]
 
-    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (all 8 messages lost)"]
+    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (8 messages, dropped)"]
 
 
 def test_a_session_gone_while_another_of_its_cell_stays_is_lost(tmp_path: Path) -> None:
-    rebuilt = [supervisor(), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]
+    rebuilt = [supervisor(), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2"),
+               proposer("t0", shot=0), proposer("t1", shot=1)]
 
-    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (all 8 messages lost)"]
+    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (8 messages, dropped)"]
 
 
 def test_a_cell_that_can_no_longer_list_its_workers_loses_their_transcripts(tmp_path: Path) -> None:
     # Its result.json is gone: the supervisor line stays, with no worker line.
-    rebuilt = [supervisor(), supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]
+    rebuilt = [supervisor(), supervisor("b__b-2"), worker("ses_3", instance="b__b-2"), proposer("t0", shot=0),
+               proposer("t1", shot=1)]
 
     assert len(lost(tmp_path, CURRENT, rebuilt)) == 2
 
 
 def test_a_shortened_session_loses_the_messages_it_no_longer_has(tmp_path: Path) -> None:
-    rebuilt = [supervisor(), worker("ses_1", 1), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]
+    rebuilt = [supervisor(), worker("ses_1", 1), worker("ses_2"), supervisor("b__b-2"), worker("ses_3", instance="b__b-2"),
+               proposer("t0", shot=0), proposer("t1", shot=1)]
 
-    assert lost(tmp_path, CURRENT, rebuilt) == ["worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (7 of its 8 messages lost)"]
+    assert lost(tmp_path, CURRENT, rebuilt) == [
+        "worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (8 messages of 16 characters, shortened to 1 of 2)"
+    ]
+
+
+def test_a_session_whose_parts_became_unreadable_is_shortened_though_its_messages_stay(tmp_path: Path) -> None:
+    # A malformed part is skipped: the message stays, with less (or no) text.
+    rebuilt = [supervisor(), worker("ses_1", 8, text=""), worker("ses_2"), supervisor("b__b-2"),
+               worker("ses_3", instance="b__b-2"), proposer("t0", shot=0), proposer("t1", shot=1)]
+
+    assert lost(tmp_path, CURRENT, rebuilt) == [
+        "worker opencode:ses_1 of gen0-cand0 a__a-1 rep 0 (8 messages of 16 characters, shortened to 8 of 0)"
+    ]
 
 
 def test_a_proposer_line_become_a_gap_or_joined_to_another_shots_transcript_is_a_loss(tmp_path: Path) -> None:
     # Shot 0's transcript was collected; the window then gives shot 0 shot 1's transcript.
-    swapped = lost(tmp_path, CURRENT, [proposer("t1", shot=0), proposer("t1", shot=1)])
-    gap = lost(tmp_path, CURRENT, [proposer(None, shot=0), proposer("t1", shot=1)])
+    workers = [line for line in CURRENT if line["role"] != "proposer"]
+    swapped = lost(tmp_path, CURRENT, [*workers, proposer("t1", shot=0), proposer("t1", shot=1)])
+    gap = lost(tmp_path, CURRENT, [*workers, proposer(None, shot=0), proposer("t1", shot=1)])
 
-    assert swapped == gap == ["proposer t0.jsonl of gen0-cand0 gen0-cand0 shot 0 (all 2 messages lost)"]
+    assert swapped == gap == ["proposer t0.jsonl of gen0-cand0 gen0-cand0 shot 0 (2 messages, dropped)"]
 
 
-def test_transcripts_whose_cell_or_shot_left_the_round_are_not_lost(tmp_path: Path) -> None:
-    assert lost(tmp_path, CURRENT, [supervisor("b__b-2"), worker("ses_3", instance="b__b-2")]) == []
+def test_transcripts_whose_cell_or_shot_left_the_round_are_dropped_too(tmp_path: Path) -> None:
+    """A cleaned-up or archived input cannot be told from a deliberate removal: the operator
+    who means it moves the ledger aside."""
+    assert len(lost(tmp_path, CURRENT, [supervisor("b__b-2"), worker("ses_3", instance="b__b-2")])) == 4
 
 
 def test_gap_lines_and_unreadable_lines_of_the_current_ledger_hold_nothing_to_lose(tmp_path: Path) -> None:
@@ -118,5 +141,6 @@ def test_the_digest_is_the_transcripts_and_their_lengths_whatever_the_order() ->
     assert forward.count == 2
     assert TranscriptDigest.from_json(forward.to_json()) == forward
     assert digest([worker("ses_1", 3), proposer("t0")]) != forward  # a message more
+    assert digest([worker("ses_1", text="went"), proposer("t0")]) != forward  # more text
     assert digest([worker("ses_1"), proposer("t1")]) != forward  # another transcript
     assert [TranscriptDigest.from_json(damaged) for damaged in (None, [], {"count": 1}, {"count": 1, "digest": "xyz"})] == [None] * 4

@@ -209,7 +209,7 @@ def test_a_rebuild_after_the_store_lost_a_session_keeps_the_ledger_until_it_is_m
     connection.close()
     kept = {path: path.read_bytes() for path in (staged.ledger, staged.stats)}
 
-    with pytest.raises(TranscriptLossError, match=f"would lose 1 transcript.*opencode:{session_id}.*move it aside"):
+    with pytest.raises(TranscriptLossError, match=f"would drop or shorten 1 transcript.*opencode:{session_id} .*dropped.*move it aside"):
         _rebuild(demo, staged, store, demo.claude_projects_dir)
     assert {path: path.read_bytes() for path in kept} == kept  # the ledger and its stats stay
 
@@ -235,7 +235,7 @@ def test_a_rebuild_after_a_proposer_transcript_was_deleted_keeps_the_ledger(
     kept = staged.ledger.read_bytes()
 
     name = Path(proposer["artifacts"]["transcript_ref"]).name
-    with pytest.raises(TranscriptLossError, match=f"would lose 1 transcript.*proposer {name} of {proposer['candidate_id']}"):
+    with pytest.raises(TranscriptLossError, match=f"would drop or shorten 1 transcript.*proposer {name} of {proposer['candidate_id']}"):
         _rebuild(demo, staged, demo.opencode_db, claude)
     assert staged.ledger.read_bytes() == kept
 

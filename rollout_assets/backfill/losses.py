@@ -1,23 +1,24 @@
-"""Transcripts a rebuilt ledger would lose.
+"""Transcripts a rebuilt ledger would drop.
 
-The stores a ledger is built from get garbage-collected: by the time a round is built again (a
-late receipt, a cell added, a file touched), a session or transcript its current ledger holds
-may be gone from them, or shorter. Rebuilding would then write a gap line (or a shorter
-transcript, or another shot's transcript) where the ledger held the full one, and the
+The stores a ledger is built from get garbage-collected, and a round's own files get cleaned
+up or moved: by the time a round is built again (a late receipt, a cell added, a file touched),
+a session or transcript its current ledger holds may be gone, shorter, or no longer reached
+from the round's inputs. Rebuilding would then write a gap line (or a shorter transcript, or
+another shot's transcript, or no line at all) where the ledger held the full one, and the
 transcript would be lost for good, which is what the ledger is there to prevent. So before a
-ledger is replaced, the transcripts it holds are compared with those of the new one.
+ledger is replaced, the transcripts it holds are compared with those of the new one, and none
+may be dropped or shortened; an operator who means to drop them moves the ledger aside.
 
 A line holds a transcript when it is a worker or proposer line with messages. The transcript
 is named without rollout ids or paths of the round, which change when the round's run_id or
 folder does: its line's role, candidate, instance and rep, and its source (the opencode
-session, the Claude transcript file's name). A transcript is lost when its cell (a worker's) or
-its shot (a proposer's) is still in the new ledger, but the new ledger does not hold that
-transcript with at least as many messages. A transcript whose cell or shot left the round (a
-cell removed) is not counted: the round no longer asks for it.
+session, the Claude transcript file's name). Its size is its message count and the length of
+its text (contents, reasoning, tool-call arguments). A transcript is dropped when the new
+ledger holds none of that name, or one smaller by either measure.
 
 Reading a whole ledger costs about as much as parsing it once, so each ledger carries a digest
-of its transcripts (names and message counts; order-free: a sum of hashes). When the digests
-of the current and the new ledger agree, both hold the same transcripts and nothing is read.
+of its transcripts (names and sizes; order-free: a sum of hashes). When the digests of the
+current and the new ledger agree, both hold the same transcripts and nothing is read.
 """
 
 from __future__ import annotations
@@ -53,14 +54,30 @@ def transcript_name(line: dict[str, Any]) -> TranscriptName | None:
     return (line["role"], *_place(line), source)
 
 
-def _hash(name: TranscriptName, messages: int) -> int:
-    text = "\0".join(str(part) for part in (*name, messages))
+def transcript_size(messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """(message count, characters of text): a transcript that lost messages, or whose parts
+    became unreadable (a message kept with empty text), is smaller by one or the other."""
+    characters = 0
+    for message in messages:
+        for key in ("content", "reasoning_content"):
+            text = message.get(key)
+            if isinstance(text, str):
+                characters += len(text)
+        for call in message.get("tool_calls") or ():
+            arguments = call.get("function", {}).get("arguments")
+            if isinstance(arguments, str):
+                characters += len(arguments)
+    return len(messages), characters
+
+
+def _hash(name: TranscriptName, size: tuple[int, int]) -> int:
+    text = "\0".join(str(part) for part in (*name, *size))
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
 
 
 @dataclass
 class TranscriptDigest:
-    """The transcripts of a ledger (names and message counts), as a count and an order-free sum
+    """The transcripts of a ledger (names and sizes), as a count and an order-free sum
     of their 128-bit hashes: equal digests mean equal transcripts, whatever order the lines
     came in."""
 
@@ -71,7 +88,7 @@ class TranscriptDigest:
         name = transcript_name(line)
         if name is not None:
             self.count += 1
-            self.total = (self.total + _hash(name, len(line["messages"]))) % _DIGEST_MODULUS
+            self.total = (self.total + _hash(name, transcript_size(line["messages"]))) % _DIGEST_MODULUS
 
     def merge(self, other: TranscriptDigest) -> None:
         self.count += other.count
@@ -96,45 +113,43 @@ class LostTranscript:
     instance_id: str
     rep: int
     source: str
-    messages: int
-    messages_kept: int  # in the new ledger's line for it; 0 when it has none
+    size: tuple[int, int]  # (messages, characters) in the current ledger
+    kept: tuple[int, int] | None  # in the new ledger; None when it holds none of that name
 
     def describe(self) -> str:
         place = "rep" if self.role == "worker" else "shot"
-        gone = self.messages - self.messages_kept
-        lost = f"{gone} of its {self.messages} messages" if self.messages_kept else f"all {self.messages} messages"
-        return f"{self.role} {self.source} of {self.candidate_id} {self.instance_id} {place} {self.rep} ({lost} lost)"
+        what = f"{self.role} {self.source} of {self.candidate_id} {self.instance_id} {place} {self.rep}"
+        messages, characters = self.size
+        if self.kept is None:
+            return f"{what} ({messages} messages, dropped)"
+        return f"{what} ({messages} messages of {characters} characters, shortened to {self.kept[0]} of {self.kept[1]})"
 
 
 def lost_transcripts(current_ledger: Path, new_lines: Iterable[dict[str, Any]]) -> list[LostTranscript]:
     """The transcripts `current_ledger` holds that a ledger of `new_lines` (every line of it, in
-    any order) would lose, in the current ledger's order.
+    any order) would drop or shorten, in the current ledger's order.
 
     Lines of the current ledger that cannot be parsed are passed over: what cannot be read
     cannot be kept either.
     """
-    cells: set[tuple[str, str, int]] = set()
-    shots: set[tuple[str, str, int]] = set()
-    kept: dict[TranscriptName, int] = {}
+    kept: dict[TranscriptName, tuple[int, int]] = {}
     for line in new_lines:
-        if line["role"] == "supervisor":
-            cells.add(_place(line))
-        elif line["role"] == "proposer":
-            shots.add(_place(line))
         name = transcript_name(line)
         if name is not None:
-            kept[name] = max(kept.get(name, 0), len(line["messages"]))
+            size = transcript_size(line["messages"])
+            kept[name] = max(kept.get(name, size), size)
     lost: list[LostTranscript] = []
     with open(current_ledger, "rb") as ledger:
         for raw in ledger:
             try:
                 line = decode_record(raw)
                 name = transcript_name(line)
-                if name is None or _place(line) not in (cells if line["role"] == "worker" else shots):
+                if name is None:
                     continue
-                messages = len(line["messages"])
+                size = transcript_size(line["messages"])
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-            if kept.get(name, 0) < messages:
-                lost.append(LostTranscript(*name, messages=messages, messages_kept=kept.get(name, 0)))
+            now = kept.get(name)
+            if now is None or now[0] < size[0] or now[1] < size[1]:
+                lost.append(LostTranscript(*name, size=size, kept=now))
     return lost
