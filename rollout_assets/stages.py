@@ -40,7 +40,7 @@ from rollout_assets.backfill import (
     proposer_lines,
 )
 from rollout_assets.backfill.lines import LineContext
-from rollout_assets.backfill.losses import TranscriptDigest, lost_transcripts
+from rollout_assets.backfill.losses import LostTranscript, TranscriptDigest, lost_transcripts
 from rollout_assets.backfill.parallel import (
     CELLS_PER_UNIT,
     CellUnit,
@@ -72,7 +72,12 @@ class StageMismatchError(RuntimeError):
 
 
 class TranscriptLossError(RuntimeError):
-    """The rebuilt ledger would drop or shorten transcripts the current one holds (see backfill/losses.py)."""
+    """The rebuilt ledger would drop or shorten transcripts the current one holds (see
+    backfill/losses.py); `lost` lists them all."""
+
+    def __init__(self, message: str, lost: list[LostTranscript]):
+        super().__init__(message)
+        self.lost = lost
 
 
 @dataclass(frozen=True)
@@ -592,7 +597,8 @@ def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDi
             f"{outputs.ledger}: the rebuilt ledger would drop or shorten {len(lost)} transcript(s) this ledger "
             "holds (gone from the stores or unreadable there, no longer reached from the round's inputs, or "
             f"converted differently by this version), among them {examples}. The ledger is kept as it is. "
-            "To replace it anyway, move it aside (it keeps those transcripts) and materialize rollout_ledger again."
+            "To replace it anyway, move it aside (it keeps those transcripts) and materialize rollout_ledger again.",
+            lost,
         )
 
 

@@ -537,6 +537,10 @@ def test_a_rerun_without_the_store_keeps_the_ledger_whose_transcripts_it_would_l
     assert list(failures) == ["rollout_ledger"]
     assert f"would drop or shorten {full_workers} transcript(s)" in failures["rollout_ledger"]
     assert "move it aside" in failures["rollout_ledger"]
+    (failure,) = [event for event in rerun.get_step_failure_events() if event.step_key == "rollout_ledger"]
+    listed = metadata_values(failure.step_failure_data.user_failure_data.metadata)
+    assert listed["transcripts_dropped"] == full_workers == len(listed["transcripts_dropped_list"])
+    assert all(entry.startswith("worker opencode:") for entry in listed["transcripts_dropped_list"])
     assert {path: path.read_bytes() for path in before} == before
     assert "rollout_ledger" not in materializations(rerun) and "rollout_stats" not in materializations(rerun)
     assert set(evaluations(rerun)) == {"every_cell_lists_its_workers"}  # no ledger check ran

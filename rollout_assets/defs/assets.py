@@ -97,8 +97,8 @@ _ROUND_ERRORS = (
 )
 
 
-def _fail(error: Exception, round_key: str) -> Failure:
-    return Failure(description=str(error), metadata={"round": round_key, "error": type(error).__name__})
+def _fail(error: Exception, round_key: str, **metadata: Any) -> Failure:
+    return Failure(description=str(error), metadata={"round": round_key, "error": type(error).__name__, **metadata})
 
 
 def _writable_outputs(
@@ -320,6 +320,14 @@ def rollout_ledger(
     try:
         outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
         stats = write_rollout_ledger(outputs)
+    except TranscriptLossError as error:
+        # The description names three; the failure's metadata lists them (the first 200).
+        raise _fail(
+            error,
+            key,
+            transcripts_dropped=len(error.lost),
+            transcripts_dropped_list=MetadataValue.json([transcript.describe() for transcript in error.lost[:200]]),
+        ) from error
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
     return MaterializeResult(
