@@ -133,8 +133,9 @@ class LostTranscript:
 
 
 def lost_transcripts(current_ledger: Path, new_lines: Iterable[dict[str, Any]]) -> list[LostTranscript]:
-    """The transcripts `current_ledger` holds that a ledger of `new_lines` (every line of it, in
-    any order) would drop or shorten, in the current ledger's order.
+    """The transcripts `current_ledger` holds that a ledger of `new_lines` (its lines in any
+    order; supervisor lines, which hold none, may be left out) would drop or shorten, in the
+    current ledger's order.
 
     Lines of the current ledger that cannot be parsed are passed over: what cannot be read
     cannot be kept either.
