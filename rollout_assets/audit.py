@@ -1195,13 +1195,13 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
     )
 
 
-def _not_in_place(expected_ids: list[str], seen_ids: list[str]) -> int:
+def _not_in_place(expected_ids: list[str], seen_ids: list[str], in_order: bool) -> int:
     """How many lines keep the ledger from being the expected sequence: those expected but not
     there plus those there but not expected; 1 for a ledger holding exactly the expected lines
     in another order."""
     expected, seen = Counter(expected_ids), Counter(seen_ids)
     absent_or_extra = (expected - seen).total() + (seen - expected).total()
-    return absent_or_extra or (1 if seen_ids != expected_ids else 0)
+    return absent_or_extra or (0 if in_order else 1)
 
 
 def _same_reward(seen: Any, expected: Any) -> bool:
@@ -1300,7 +1300,9 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
         seen=len(seen_ids),
         # Lines of another run and lines whose id does not fit their fields carry ids the
         # inputs do not give: they are among the lines absent or extra.
-        missing=_not_in_place(expected_ids, seen_ids) + len(lines_at_fault) + ledger.wrong_reward_sources,
+        missing=_not_in_place(expected_ids, seen_ids, in_order=not out_of_place)
+        + len(lines_at_fault)
+        + ledger.wrong_reward_sources,
         sample=_sample(problems),
         details={
             "run_id": inputs.run_id,

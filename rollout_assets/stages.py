@@ -345,7 +345,7 @@ class WorkerLinesTally(BackfillStats):
     the lines with their supervisors by it, copying them without parsing them again."""
 
     parents: list[list[Any]] = field(default_factory=list)
-    # The ids of the lines holding a transcript, for the ledger stage's loss check.
+    # The transcripts of the lines (names and sizes), for the ledger stage's loss check.
     transcripts: TranscriptDigest = field(default_factory=TranscriptDigest)
 
     def observe(self, line: dict[str, Any]) -> None:

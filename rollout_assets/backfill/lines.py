@@ -15,7 +15,7 @@ from typing import Any
 from rollout_assets.backfill import gaps
 from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id, worker_rollout_id
 from rollout_assets.ledger import ROLLOUT_SCHEMA
-from rollout_assets.sources.claude import ClaudeTranscript
+from rollout_assets.sources.claude import ClaudeTranscript, ClaudeUsage
 from rollout_assets.sources.jsonfiles import (
     finite_or_none,
     integer_or_none,
@@ -323,11 +323,6 @@ def worker_line(
     )
 
 
-def _usage_sum(transcript: ClaudeTranscript | None, count: str) -> int | float | None:
-    total = None if transcript is None else getattr(transcript.usage, count)
-    return None if total is None else finite_or_none(total)
-
-
 def proposer_line(
     ctx: LineContext,
     out_dir: str,
@@ -353,6 +348,7 @@ def proposer_line(
     else:
         gap = None
     duration_ms = receipt_or_empty.get("durationMs")
+    usage = transcript.usage if transcript is not None else ClaudeUsage()  # no transcript: every count null
     exit_code = receipt_or_empty.get("exitCode")
     model = transcript.model if transcript is not None else None
     return _line(
@@ -401,11 +397,11 @@ def proposer_line(
             "usd": number_or_none(receipt_or_empty.get("costUsd")),
             # Sums over the transcript's messages: null when no message recorded the count, or
             # when the sum overflows a double.
-            "tokens_in": _usage_sum(transcript, "tokens_in"),
-            "tokens_out": _usage_sum(transcript, "tokens_out"),
+            "tokens_in": finite_or_none(usage.tokens_in),
+            "tokens_out": finite_or_none(usage.tokens_out),
             "tokens_reasoning": None,
-            "cache_read": _usage_sum(transcript, "cache_read"),
-            "cache_write": _usage_sum(transcript, "cache_write"),
+            "cache_read": finite_or_none(usage.cache_read),
+            "cache_write": finite_or_none(usage.cache_write),
             "wall_s": round_half_up(duration_ms / 1000) if is_number(duration_ms) else None,
         },
         artifacts={

@@ -185,10 +185,10 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def finite_or_none(value: float) -> int | float | None:
+def finite_or_none(value: float | None) -> int | float | None:
     """A sum as JSON writes it: finite numbers inputs can overflow to Infinity, which JSON
-    has no word for (the seed's `JSON.stringify` writes null)."""
-    return value if isinstance(value, int) or math.isfinite(value) else None
+    has no word for (the seed's `JSON.stringify` writes null). A sum of nothing (None) stays null."""
+    return value if value is None or isinstance(value, int) or math.isfinite(value) else None
 
 
 def string_or_none(value: Any) -> str | None:

@@ -86,7 +86,14 @@ class OpencodeStore:
         # The JSON columns are read as the stored bytes when those are UTF-8 (no decoded copy
         # of a huge part). A store created as UTF-16 holds UTF-16 bytes: its text is read as
         # text, which SQLite hands over as UTF-8.
-        self._data = "CAST({} AS BLOB)" if encoding == "UTF-8" else "{}"
+        data = "CAST({} AS BLOB)" if encoding == "UTF-8" else "{}"
+        self._messages_query = (
+            f"SELECT id, {data.format('data')} FROM message WHERE session_id = ? ORDER BY time_created, id"
+        )
+        self._parts_query = (
+            f"SELECT p.message_id, {data.format('p.data')} FROM part AS p JOIN message AS m ON m.id = p.message_id "
+            "WHERE m.session_id = ? ORDER BY p.id"
+        )
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> OpencodeStore | None:
@@ -193,16 +200,9 @@ class OpencodeStore:
         join labels that session "no readable message parts" instead of losing the round.
         """
         try:
-            messages = self._connection.execute(
-                f"SELECT id, {self._data.format('data')} FROM message WHERE session_id = ? ORDER BY time_created, id",
-                (session_id,),
-            ).fetchall()
+            messages = self._connection.execute(self._messages_query, (session_id,)).fetchall()
             parts: dict[Any, list[Any]] = {}
-            for message_id, data in self._connection.execute(
-                f"SELECT p.message_id, {self._data.format('p.data')} FROM part AS p JOIN message AS m ON m.id = p.message_id "
-                "WHERE m.session_id = ? ORDER BY p.id",
-                (session_id,),
-            ):
+            for message_id, data in self._connection.execute(self._parts_query, (session_id,)):
                 parts.setdefault(message_id, []).append(data)
         except sqlite3.Error:
             return []
