@@ -19,25 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dagster import (
-    DagsterInstance,
-    DagsterRunStatus,
-    PreviewWarning,
-    RunsFilter,
-    execute_job,
-    reconstructable,
-)
+from dagster import DagsterInstance, PreviewWarning, execute_job, reconstructable
 
 from rollout_assets.defs.assets import FINGERPRINT_TAG, rollout_ledger
+from rollout_assets.defs.jobs import RUNNING_STATUSES, round_run
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.defs.sensors import fingerprint_round, list_round_dirs
 
 # Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets warnings.
 _QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-# The statuses in which the run queue counts a run against its round's limit.
-_ACTIVE_STATUSES = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 
 class _PrintLog:
@@ -74,17 +65,6 @@ def _run_round(instance: DagsterInstance, key: str, out_dir: Path) -> Iterator[A
         raise_on_error=False,
     ) as result:
         yield result
-
-
-def _run_in_progress(instance: DagsterInstance, key: str) -> str | None:
-    """The id of a run of round `key` in progress on the instance (sensor, UI, another command), if any.
-
-    Checked just before launching: two launches at the same moment can still both start, and
-    then the ledger's file lock fails one of them at once ("is being written by another process")."""
-    records = instance.get_run_records(
-        RunsFilter(tags={"dagster/partition": key}, statuses=_ACTIVE_STATUSES), limit=1
-    )
-    return records[0].dagster_run.run_id if records else None
 
 
 def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
@@ -150,7 +130,9 @@ def materialize_rounds(round_keys: list[str]) -> int:
     instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, keys)
     failed = 0
     for key in keys:
-        busy = _run_in_progress(instance, key)
+        # Checked just before launching: two launches at the same moment can still both start,
+        # and then the ledger's file lock fails one of them at once.
+        busy = round_run(instance, key, RUNNING_STATUSES)
         if busy is not None:
             print(
                 f"\n=== round {key}: NOT STARTED: run {busy} of this round is in progress on the instance; "

@@ -79,13 +79,20 @@ def round_resources(
 
 
 def materialize_round(
-    instance: DagsterInstance, resources: dict[str, Any], key: str = ROUND
+    instance: DagsterInstance,
+    resources: dict[str, Any],
+    key: str = ROUND,
+    *,
+    selection: Any = None,
+    tags: dict[str, str] | None = None,
 ) -> ExecuteInProcessResult:
-    """Every asset and check of round `key`, in process, on `instance` (the partition is added first)."""
+    """Every asset and check of round `key` (or those of `selection`), in process, on
+    `instance` (the partition is added first)."""
     instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [key])
     return materialize(
-        ALL_ROUND_DEFS, partition_key=key, instance=instance, resources=resources, raise_on_error=False
-    )
+        ALL_ROUND_DEFS, selection=selection, partition_key=key, instance=instance, resources=resources,
+        tags=tags, raise_on_error=False,
+    )  # fmt: skip
 
 
 def run_checks_of(

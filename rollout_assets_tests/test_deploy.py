@@ -11,6 +11,13 @@ import pytest
 import yaml
 from dagster import DagsterEventType, DagsterInstance
 from dagster._config import process_config
+from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.instance.config import (
+    get_default_tick_retention_settings,
+    get_tick_retention_settings,
+    retention_config_schema,
+)
+from dagster._core.scheduler.instigation import TickStatus
 
 from rollout_assets.demo import DEFAULT_ROUNDS, write_demo
 from rollout_assets_tests.dagster_rounds import CHECK_NAMES
@@ -150,3 +157,22 @@ def test_two_rounds_materialize_in_parallel_on_postgres_storage(tmp_path: Path, 
     finally:
         for name in postgres.environment():
             os.environ.pop(name, None)
+
+
+
+@pytest.mark.parametrize("deployment", ["local", "postgres", "k8s"])
+def test_sensor_ticks_that_request_nothing_are_kept_one_day(deployment: str) -> None:
+    """The sensor's cursor, stored in every tick, grows with the rounds: skipped ticks must not pile up."""
+    config = yaml.safe_load((DEPLOY / deployment / "dagster.yaml").read_text())
+    checked = process_config(retention_config_schema().config_type, config["retention"])
+    assert checked.success, checked.errors
+    retention = get_tick_retention_settings(
+        checked.value["sensor"], get_default_tick_retention_settings(InstigatorType.SENSOR)
+    )
+    assert retention[TickStatus.SKIPPED] == 1
+    assert retention[TickStatus.SUCCESS] == -1  # ticks that started runs: kept, as Dagster keeps them
+
+
+def test_the_local_instance_applies_the_sensor_tick_retention(tmp_path: Path) -> None:
+    instance = _instance_from(DEPLOY / "local" / "dagster.yaml", tmp_path / "home")
+    assert instance.get_tick_retention_settings(InstigatorType.SENSOR)[TickStatus.SKIPPED] == 1

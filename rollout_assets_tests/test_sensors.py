@@ -28,6 +28,7 @@ from dagster import (
     AssetKey,
     AssetObservation,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     RunRequest,
     RunsFilter,
@@ -38,13 +39,22 @@ from dagster import (
 )
 
 from rollout_assets.definitions import defs
+from rollout_assets.defs.assets import FINGERPRINT_TAG, rollout_ledger
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import RoundsRoot
 from rollout_assets.defs.sensors import RoundDiscovery, fingerprint_round, round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
 from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
-from rollout_assets_tests.dagster_rounds import CHECK_NAMES, ROUND, ROUND_SPEC, SMALL_SPEC, write_rounds
+from rollout_assets_tests.dagster_rounds import (
+    CHECK_NAMES,
+    ROUND,
+    ROUND_SPEC,
+    SMALL_SPEC,
+    materialize_round,
+    round_resources,
+    write_rounds,
+)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -420,6 +430,8 @@ def test_a_folder_dated_in_the_future_does_not_keep_the_round_waiting(fresh: Dem
     folder = _start_writing(fresh, "cell whose arm is running")
     ahead = time.time() + 3600  # an hour ahead of this machine's clock
     os.utime(folder, (ahead, ahead))
+    past = time.time() - 3600  # its campaign folder, which its creation dated now, as it was
+    os.utime(folder.parent, (past, past))
 
     ticked = tick(fresh.rounds_root, quiet=120)
 
@@ -428,6 +440,39 @@ def test_a_folder_dated_in_the_future_does_not_keep_the_round_waiting(fresh: Dem
         for level, message in ticked.logged
     ), ticked.logged
     assert ticked.requested == [(ROUND, key_of(ROUND, fingerprint(fresh.rounds_root / ROUND)))]
+
+
+def test_a_file_dated_far_ahead_does_not_cancel_the_wait_for_a_folder_being_written(fresh: DemoLayout) -> None:
+    age(fresh.root, 3600)
+    provenance = fresh.rounds_root / ROUND / "improve-run" / "loop-provenance.json"
+    ahead = time.time() + 86400  # a day ahead: left out of the quiet period
+    os.utime(provenance, (ahead, ahead))
+    _start_writing(fresh, "cell whose arm is running")
+
+    waiting = tick(fresh.rounds_root, quiet=120)
+    age(fresh.root, 121)
+    settled = tick(fresh.rounds_root, cursor=waiting.cursor, quiet=120)
+
+    assert waiting.result == SkipReason("no new or changed rounds; 1 still settling")
+    assert any(
+        message.startswith(f"round {ROUND}: an input file or folder is dated ")
+        and message.endswith(" s in the future; the quiet period leaves it out")
+        for message in waiting.warnings()
+    ), waiting.logged
+    assert settled.requested == [(ROUND, key_of(ROUND, fingerprint(fresh.rounds_root / ROUND)))]
+
+
+def test_a_file_dated_a_little_ahead_holds_the_round_back_like_one_written_now(fresh: DemoLayout) -> None:
+    """A writer whose clock runs a few seconds fast: its file was written just now."""
+    age(fresh.root, 3600)
+    ledger = fresh.rounds_root / ROUND / "improve-run" / "cost-ledger.jsonl"
+    ahead = time.time() + 5
+    os.utime(ledger, (ahead, ahead))
+
+    waiting = tick(fresh.rounds_root, quiet=120)
+
+    assert waiting.result == SkipReason("no new or changed rounds; 1 still settling")
+    assert waiting.warnings() == []
 
 
 def test_a_change_restarts_the_quiet_period(fresh: DemoLayout) -> None:
@@ -588,6 +633,54 @@ def test_a_round_the_materialize_command_ran_is_not_run_again_until_it_changes(t
     assert first.result == SkipReason("no new or changed rounds")
     assert json.loads(first.cursor)["rounds"] == {SMALL: digest}
     assert [partition for partition, _ in changed.requested] == [SMALL]
+
+
+def _materialized_then_changed(tmp_path: Path) -> tuple[DemoLayout, DagsterInstance, dict[str, Any], Tick]:
+    """SMALL materialized on a fresh instance from its inputs as they are (state A), then
+    changed (state B) and requested by a tick; returns the layout, instance, resources and that tick."""
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    age(layout.root, 3600)
+    instance = DagsterInstance.ephemeral()
+    resources = round_resources(layout, tmp_path / "ledgers")
+    state_a = fingerprint(layout.rounds_root / SMALL)
+    assert materialize_round(instance, resources, SMALL, tags={FINGERPRINT_TAG: state_a}).success
+    first = tick(layout.rounds_root, instance=instance)
+    assert first.result == SkipReason("no new or changed rounds")  # the ledger holds state A
+
+    provenance = layout.rounds_root / SMALL / "improve-run" / "loop-provenance.json"
+    state_a_times = provenance.stat()
+    os.utime(provenance, (time.time() - 1800, time.time() - 1800))  # state B
+    changed = tick(layout.rounds_root, cursor=first.cursor, instance=instance)
+    assert changed.requested == [(SMALL, key_of(SMALL, fingerprint(layout.rounds_root / SMALL), 1))]
+    os.utime(provenance, ns=(state_a_times.st_atime_ns, state_a_times.st_mtime_ns))  # back to state A
+    assert fingerprint(layout.rounds_root / SMALL) == state_a
+    return layout, instance, resources, changed
+
+
+@pytest.mark.parametrize("status", [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED])
+def test_a_round_changed_back_while_the_run_of_its_change_is_unfinished_runs_again(
+    tmp_path: Path, status: DagsterRunStatus
+) -> None:
+    """A -> B -> A while B's run is queued or executing: that run may write B's ledger, so the
+    ledger A's run recorded no longer tells what the round's ledger will hold."""
+    layout, instance, _, changed = _materialized_then_changed(tmp_path)
+    instance.add_run(DagsterRun(job_name="materialize_round", status=status, tags={"dagster/partition": SMALL}))
+
+    reverted = tick(layout.rounds_root, cursor=changed.cursor, instance=instance)
+
+    assert reverted.requested == [(SMALL, key_of(SMALL, fingerprint(layout.rounds_root / SMALL), 2))]
+
+
+def test_a_round_changed_back_after_a_later_run_replaced_its_ledger_and_failed_runs_again(tmp_path: Path) -> None:
+    """The latest ledger is not the one whose stats recorded state A: a later run (B's) wrote
+    it and stopped before its stats."""
+    layout, instance, resources, changed = _materialized_then_changed(tmp_path)
+    later = materialize_round(instance, resources, SMALL, selection=[rollout_ledger.key], tags={FINGERPRINT_TAG: "b"})
+    assert later.success
+
+    reverted = tick(layout.rounds_root, cursor=changed.cursor, instance=instance)
+
+    assert reverted.requested == [(SMALL, key_of(SMALL, fingerprint(layout.rounds_root / SMALL), 2))]
 
 
 def test_cursor_carries_every_round_across_ticks(demo: DemoLayout) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -25,8 +26,8 @@ from dagster import (
     sensor,
 )
 
-from rollout_assets.defs.assets import FINGERPRINT_METADATA, FINGERPRINT_TAG, rollout_stats
-from rollout_assets.defs.jobs import materialize_round
+from rollout_assets.defs.assets import FINGERPRINT_METADATA, FINGERPRINT_TAG, rollout_ledger, rollout_stats
+from rollout_assets.defs.jobs import UNFINISHED_STATUSES, materialize_round, round_run
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundsRoot, is_round_dir, seconds_from_environment
 from rollout_assets.defs.summary import rounds_summary
@@ -50,24 +51,31 @@ class RoundFingerprint:
     files: int
     cells: int
     shot_receipts: int
-    newest_mtime: float  # of the files
+    file_mtimes: tuple[float, ...] = field(default=(), repr=False)
     # The folders new inputs appear in (campaigns, cells, proposer-shots/ and its author
     # folders): a cell whose arm is still running has a folder but no cached-result.json yet,
     # and only the folder's mtime says the round is being written.
     folders: tuple[Path, ...] = field(default=(), repr=False)
 
-    def last_written(self) -> float:
-        """The newest mtime of the files and the folders. Folders are looked at only here,
-        for a round about to be requested: an unchanged round's tick does not pay for them."""
-        newest = self.newest_mtime
+    def last_written(self, latest: float) -> tuple[float, float]:
+        """(the newest mtime of the files and folders up to `latest`, how far the furthest
+        entry dated after `latest` lies beyond it, or 0). Folders are looked at only here, for
+        a round about to be requested: an unchanged round's tick does not pay for them."""
+        newest = ahead = 0.0
+        times = list(self.file_mtimes)
         for folder in self.folders:
             try:
                 stat = folder.stat()
             except OSError:
                 continue
             if S_ISDIR(stat.st_mode):  # files among them are left out
-                newest = max(newest, stat.st_mtime)
-        return newest
+                times.append(stat.st_mtime)
+        for mtime in times:
+            if mtime <= latest:
+                newest = max(newest, mtime)
+            else:
+                ahead = max(ahead, mtime - latest)
+        return newest, ahead
 
 
 def _listdir(folder: Path) -> list[str]:
@@ -139,8 +147,7 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
     does not read comes or goes. It only counts towards the quiet period (`last_written`)."""
     files, folders, cells, receipts = _input_files(out_dir)
     digest = hashlib.sha256()
-    present = 0
-    newest = 0.0
+    mtimes: list[float] = []
     for path in files:
         try:
             stat = path.stat()
@@ -148,10 +155,9 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
             continue
         if not S_ISREG(stat.st_mode):  # the backfill reads a folder named like an input as no file
             continue
-        present += 1
-        newest = max(newest, stat.st_mtime)
+        mtimes.append(stat.st_mtime)
         digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-    return RoundFingerprint(digest.hexdigest()[:16], present, cells, receipts, newest, tuple(folders))
+    return RoundFingerprint(digest.hexdigest()[:16], len(mtimes), cells, receipts, tuple(mtimes), tuple(folders))
 
 
 def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> RoundFingerprint:
@@ -161,19 +167,35 @@ def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> Round
     digest = hashlib.sha256(f"unreadable\0{error}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
     improve = out_dir / "improve-run"
     folders = (out_dir, improve, *(improve / name for name in _listdir(improve)))
-    return RoundFingerprint(digest, 0, 0, 0, 0.0, folders)
+    return RoundFingerprint(digest, 0, 0, 0, (), folders)
+
+
+def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_key: str) -> Any:
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset, asset_partitions=[round_key]), limit=1
+    ).records
+    return records[0] if records and records[0].asset_materialization is not None else None
 
 
 def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str | None:
-    """The input fingerprint recorded by the latest `rollout_stats` materialization of a round:
-    the inputs its last run that passed the checks read (sensor runs and `rollout-assets
-    materialize` runs record it; a run started in the UI does not)."""
-    records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=rollout_stats.key, asset_partitions=[round_key]), limit=1
-    ).records
-    if not records or records[0].asset_materialization is None:
+    """The input fingerprint of the round's ledger as it stands, when the instance knows it: the
+    one recorded by the latest `rollout_stats` materialization (sensor runs and `rollout-assets
+    materialize` runs record it; a run started in the UI does not), provided that
+
+    - the latest `rollout_ledger` materialization is of the same run: a later run that
+      replaced the ledger and then failed wrote the ledger of other inputs;
+    - no run of the round is queued or in progress: it may be about to replace the ledger
+      with the inputs of another moment (a round changed A -> B -> A while B's run executes).
+    """
+    stats = _latest_materialization(instance, rollout_stats.key, round_key)
+    if stats is None:
         return None
-    entry = records[0].asset_materialization.metadata.get(FINGERPRINT_METADATA)
+    ledger = _latest_materialization(instance, rollout_ledger.key, round_key)
+    if ledger is None or ledger.run_id != stats.run_id:
+        return None
+    if round_run(instance, round_key, UNFINISHED_STATUSES) is not None:
+        return None
+    entry = stats.asset_materialization.metadata.get(FINGERPRINT_METADATA)
     return entry.value if entry is not None and isinstance(entry.value, str) else None
 
 
@@ -223,9 +245,9 @@ def round_dirs_sensor(
       request) gets a run with run key `<round>:<fingerprint>:<n>`, n counting the round's
       requests, and an observation of its `round_outdir` (file counts, fingerprint), once
       its newest input file, campaign folder, cell folder or proposer-shots folder is older
-      than the quiet period; a round still being written waits. A round whose latest
-      `rollout_stats` materialization records its current fingerprint (materialized by
-      `rollout-assets materialize`, say) is not requested again.
+      than the quiet period; a round still being written waits. A round whose ledger, as it
+      stands, was built from its current inputs (by `rollout-assets materialize`, say; see
+      `materialized_fingerprint`) is not requested again.
     - A round the round reader refuses (e.g. two folders of one campaign) is requested all the
       same, once per distinct error, so its run fails saying which files are wrong.
     - A round whose partition was deleted while its directory stays gets its partition back.
@@ -269,16 +291,18 @@ def round_dirs_sensor(
                 new_keys.append(key)
                 readded.append(key)
             continue
-        last_written = fingerprint.last_written()
-        age = now - last_written
-        if age < 0:
-            # A clock ahead of ours (a copied or skewed file or folder) would keep the round
-            # waiting for ever; its content is what it is, so it is not waited for.
+        # An entry dated ahead of our clock by less than the quiet period may have been written
+        # just now by a machine whose clock runs a little fast: it counts, and the round waits.
+        # One dated further ahead would keep the round waiting for ever: it is left out (with a
+        # warning), and the other entries still decide.
+        quiet = round_discovery.quiet_period_seconds
+        last_written, ahead = fingerprint.last_written(now + quiet)
+        if ahead:
             context.log.warning(
-                f"round {key}: an input file or folder is dated {-age:.0f} s in the future;"
-                " not waiting for it"
+                f"round {key}: an input file or folder is dated {ahead + quiet:.0f} s in the future;"
+                " the quiet period leaves it out"
             )
-        elif age < round_discovery.quiet_period_seconds:
+        if now - last_written < quiet:
             waiting.append(key)
             continue
         if not has_partition:
