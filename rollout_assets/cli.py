@@ -23,14 +23,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollout_assets.backfill.parallel import backfill_to_file
-from rollout_assets.backfill.stats import BackfillStats
-from rollout_assets.ledger import LedgerValidationError, WriterBusyError, rollout_json_schema
+from typing import TYPE_CHECKING
+
+# Only what parsing the arguments needs is imported here. The backfill and the line schema
+# (pydantic: most of the start-up time) are imported by the commands, inside main's handling
+# of Ctrl-C, so an interrupt right after Enter is one line too, not a traceback.
 from rollout_assets.paths import is_inside, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.jsonfiles import to_indented_json
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
+
+if TYPE_CHECKING:
+    from rollout_assets.backfill.stats import BackfillStats
 
 
 class _UsageError(Exception):
@@ -150,11 +155,23 @@ class _ProgressBar:
         sys.stderr.flush()
 
 
+def _file_identity(path: Path) -> tuple[int, ...] | None:
+    """What tells a file replaced by the writer's rename (a new inode) from the one before."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 def run_backfill(args: argparse.Namespace) -> int:
+    from rollout_assets.backfill.parallel import backfill_to_file
+
     out_dir = resolve_out_dir(args.out_dir)
     ledger_path = Path(args.ledger_path)
     _check_ledger_path(ledger_path, out_dir, args.opencode_db, args.claude_projects)
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    before = _file_identity(ledger_path)
     try:
         _, stats = backfill_to_file(
             out_dir,
@@ -164,6 +181,8 @@ def run_backfill(args: argparse.Namespace) -> int:
             workers=args.workers,
             on_cells_done=_ProgressBar() if show_progress else None,
         )
+        for warning in _backfill_warnings(args, stats):
+            print(f"rollout-assets: warning: {warning}", file=sys.stderr)
     except BrokenPipeError:
         raise
     except OSError as error:
@@ -171,8 +190,17 @@ def run_backfill(args: argparse.Namespace) -> int:
         # a folder meanwhile). The writer is atomic: whatever was at OUT is still there.
         print(f"rollout-assets: error: ledger {args.ledger_path} not written: {error}", file=sys.stderr)
         return 1
-    for warning in _backfill_warnings(args, stats):
-        print(f"rollout-assets: warning: {warning}", file=sys.stderr)
+    except KeyboardInterrupt:
+        # Ctrl-C: the writer has removed its temporary files on the way out. Whether OUT was
+        # replaced depends on whether the interrupt came before or after the rename.
+        if _file_identity(ledger_path) == before:
+            print("rollout-assets: interrupted; the ledger was not written, OUT is as it was", file=sys.stderr)
+        else:
+            print(
+                f"rollout-assets: interrupted after the ledger was written: OUT {args.ledger_path} holds the new ledger",
+                file=sys.stderr,
+            )
+        return 130
     print(to_indented_json(stats.to_json()))
     print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
     return 0
@@ -203,6 +231,8 @@ def run_manifest(args: argparse.Namespace) -> int:
 
 
 def run_schema(_: argparse.Namespace) -> int:
+    from rollout_assets.ledger import rollout_json_schema
+
     print(json.dumps(rollout_json_schema(), indent=2))
     return 0
 
@@ -240,6 +270,13 @@ _COMMANDS = {
 }
 
 
+def _reported_errors() -> tuple[type[Exception], ...]:
+    """The errors that exit 1 with their one-line message (imported only when one is raised)."""
+    from rollout_assets.ledger import LedgerValidationError, WriterBusyError
+
+    return (RoundInputError, LedgerValidationError, OpencodeStoreChanged, WriterBusyError, FileExistsError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 with a usage line on bad arguments
@@ -249,24 +286,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_parser.print_usage(sys.stderr)  # as argparse's own errors do
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 2
-    except (
-        RoundInputError,
-        LedgerValidationError,
-        OpencodeStoreChanged,
-        WriterBusyError,
-        FileExistsError,
-    ) as error:
-        print(f"rollout-assets: error: {error}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        # Ctrl-C: one line, not a traceback. A backfill's writer has already removed its
-        # temporary files on the way out, so OUT is as it was.
+        # Ctrl-C: one line, not a traceback. A backfill that reached its writer says itself
+        # what became of OUT (run_backfill); one interrupted before has not touched it.
         done = "; the ledger was not written, OUT is as it was" if args.command == "backfill" else ""
         print(f"rollout-assets: interrupted{done}", file=sys.stderr)
         return 130
+    except Exception as error:
+        if not isinstance(error, _reported_errors()):
+            raise
+        print(f"rollout-assets: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

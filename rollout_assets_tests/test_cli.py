@@ -468,6 +468,51 @@ def test_ctrl_c_during_a_backfill_exits_130_in_one_line_leaving_out_as_it_was(tm
     assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
 
 
+def test_ctrl_c_after_the_ledger_replaced_out_says_so(
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interrupt landing once the writer has renamed the new ledger into place (the real
+    backfill runs; the interrupt comes as it returns) must not claim OUT is as it was."""
+    import rollout_assets.backfill.parallel as parallel
+    from rollout_assets.cli import main
+
+    real_backfill = parallel.backfill_to_file
+
+    def interrupted_on_return(*args: object, **kwargs: object) -> object:
+        real_backfill(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel, "backfill_to_file", interrupted_on_return)
+    ledger = existing_ledger(tmp_path)
+
+    code = main([str(arg) for arg in backfill_args(demo, demo.rounds[0], ledger)])
+
+    captured = capsys.readouterr()
+    assert code == 130
+    assert captured.err.splitlines() == [
+        f"rollout-assets: interrupted after the ledger was written: OUT {ledger} holds the new ledger"
+    ]
+    assert captured.out == ""
+    assert ledger.read_bytes() != OLD_LEDGER
+    plain = tmp_path / "plain.jsonl"  # the same backfill, not interrupted
+    real_backfill(
+        demo.rounds[0], plain, opencode_db=demo.opencode_db, claude_projects_dir=demo.claude_projects_dir
+    )
+    assert without_captured_at(read_ledger_dicts(ledger)) == without_captured_at(read_ledger_dicts(plain))
+
+
+def test_the_command_line_starts_without_the_backfill_and_the_schema() -> None:
+    """Ctrl-C is one line only once main() runs: what is imported before it (the module's
+    imports) stays small, and the backfill and pydantic (most of the start-up) are imported
+    by the commands, inside main's handling."""
+    heavy = ("pydantic", "rollout_assets.backfill", "rollout_assets.ledger")
+    completed = subprocess.run(
+        [sys.executable, "-c", f"import sys, rollout_assets.cli; print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    assert completed.stdout.strip() == "[]"
+
+
 def test_backfill_checks_out_before_reading_the_round(demo: DemoLayout, tmp_path: Path) -> None:
     # The round does not exist: refusing OUT first shows nothing of the round was read before.
     missing_round = tmp_path / "no-such-round"
