@@ -158,4 +158,7 @@ def materialize_rounds(round_keys: list[str]) -> int:
         from rollout_assets.summary import markdown_table
 
         print(markdown_table(pd.read_parquet(summary_path)))
+        left_out = summary.asset_materializations_for_node("rounds_summary")[0].metadata
+        for key, reason in left_out["rounds_without_stats_reasons"].value.items():
+            print(f"left out: {key} ({reason})")
     return 1 if failed or not summary.success else 0

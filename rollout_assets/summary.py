@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rollout_assets.sources.jsonfiles import finite_or_none
 from rollout_assets.stages import RoundOutputs
@@ -24,33 +24,53 @@ if TYPE_CHECKING:
 
 ROLES = ("supervisor", "worker", "proposer")
 
-SUMMARY_COLUMNS = [
-    "round",
-    "lines",
-    *(f"lines_{role}" for role in ROLES),
-    "gap_lines",
-    "gap_rate",
-    "reward_labeled_share",
-    *(f"mean_reward_{role}" for role in ROLES),
-    "cost_usd",
-    "opencode_db_available",
-]
+# The columns and their types (pandas and pyarrow read the same names), fixed: a type
+# inferred from the values would change with the data (a column null in every round, or a
+# summary of no rounds, would be of type null), and summaries written on different days
+# could not be read as one dataset. Counts are integers; rates, means and costs are doubles,
+# null when unknown.
+SUMMARY_TYPES = {
+    "round": "string",
+    "lines": "int64",
+    **{f"lines_{role}": "int64" for role in ROLES},
+    "gap_lines": "int64",
+    "gap_rate": "float64",
+    "reward_labeled_share": "float64",
+    **{f"mean_reward_{role}": "float64" for role in ROLES},
+    "cost_usd": "float64",
+    "cost_usd_recorded": "float64",
+    "opencode_db_available": "bool",
+}
+SUMMARY_COLUMNS = list(SUMMARY_TYPES)
 
 
 class StatsFileError(ValueError):
     """A round's stats file cannot be read as stats; the message names it."""
 
 
+def _episode_cost(stats: dict) -> tuple[float | None, float | None]:
+    """(the round's cost, the sum of the costs recorded): the episode receipts plus the
+    proposer receipts. Worker session costs are part of their episode's receipt, so adding
+    them would count twice. The cost is null unless every supervisor and proposer line
+    recorded one: a sum with receipts missing is not the round's cost."""
+    by_role = stats["byRole"]
+    costs = stats.get("costUsdByRole", {})
+    recorded = [costs[role]["usd"] for role in ("supervisor", "proposer") if role in costs]
+    # A sum that overflowed is stored as null: the sum is then unknown, not 0.
+    total = finite_or_none(sum(recorded)) if recorded and None not in recorded else None
+    complete = all(
+        (costs[role]["linesWithCost"] if role in costs else 0) == by_role.get(role, 0)
+        for role in ("supervisor", "proposer")
+    )
+    return (total if complete else None), total
+
+
 def summary_row(round_key: str, stats: dict) -> dict:
-    """One round's row. Cost is the episode receipts plus the proposer receipts: worker
-    session costs are part of their episode's receipt, so adding them would count twice."""
+    """One round's row (columns: SUMMARY_TYPES)."""
     lines = stats["lines"]
     by_role = stats["byRole"]
     rewards = stats.get("rewardByRole", {})
-    costs = stats.get("costUsdByRole", {})
-    # A sum that overflowed is stored as null: the round's cost is then unknown, not 0.
-    recorded = [costs[role]["usd"] for role in ("supervisor", "proposer") if role in costs]
-    cost = finite_or_none(sum(recorded)) if recorded and None not in recorded else None
+    cost, cost_recorded = _episode_cost(stats)
     return {
         "round": round_key,
         "lines": lines,
@@ -60,6 +80,7 @@ def summary_row(round_key: str, stats: dict) -> dict:
         "reward_labeled_share": stats["rewardLabeled"] / lines if lines else None,
         **{f"mean_reward_{role}": rewards[role]["mean"] if role in rewards else None for role in ROLES},
         "cost_usd": cost,
+        "cost_usd_recorded": cost_recorded,
         "opencode_db_available": stats["opencodeDbAvailable"],
     }
 
@@ -80,7 +101,7 @@ def build_rounds_summary(outputs_by_round: Iterable[tuple[str, RoundOutputs]]) -
             ) from error
     import pandas as pd
 
-    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS).astype(SUMMARY_TYPES)
     return frame, skipped
 
 
@@ -92,7 +113,7 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
     _remove_stale_temp_files(path)
     temp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
     try:
-        frame.to_parquet(temp, index=False)
+        frame.to_parquet(temp, index=False, schema=_parquet_schema())
         with open(temp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -103,6 +124,12 @@ def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+def _parquet_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([(name, pa.type_for_alias(type_name)) for name, type_name in SUMMARY_TYPES.items()])
 
 
 # A summary is written in seconds; a temp file this old was left by a killed writer.

@@ -616,19 +616,27 @@ def test_rollout_assets_materialize_of_one_round_on_a_temporary_instance_keeps_t
     import pandas as pd
 
     other = dataclasses.replace(SMALL_SPEC, name="round-009")
-    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC, other))
+    without_stats = dataclasses.replace(SMALL_SPEC, name="round-010")
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC, other, without_stats))
     env = _cli_env(tmp_path / "unused", layout, tmp_path / "ledgers")
     del env["DAGSTER_HOME"]  # a temporary instance per command
     command = [str(VENV_BIN / "rollout-assets"), "materialize"]
     run = {"check": False, "cwd": PROJECT_DIR, "env": env, "capture_output": True, "text": True, "timeout": 300}
 
     every_round = subprocess.run(command, **run)
+    # As `dagster asset materialize --select rollout_ledger` on another instance leaves it:
+    # a ledger without its stats.
+    (tmp_path / "ledgers" / without_stats.name / "rollout-stats.json").unlink()
     one_round = subprocess.run([*command, other.name], **run)
 
     assert every_round.returncode == 0 == one_round.returncode, one_round.stderr[-3000:]
     assert "using a temporary instance" in one_round.stderr
     summary = pd.read_parquet(tmp_path / "ledgers" / "rounds-summary.parquet")
     assert sorted(summary["round"]) == [SMALL_SPEC.name, other.name]
+    assert one_round.stdout.endswith(
+        f"left out: {without_stats.name} (no stats: this instance has no record of the ledger beside them "
+        "(written on another or a temporary instance); materialize the round)\n"
+    )
 
 
 @pytest.mark.slow

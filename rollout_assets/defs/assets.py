@@ -479,7 +479,8 @@ def rollout_stats(
         "full_transcripts": stats.full_transcripts,
         "gap_lines": stats.gap_lines,
         "reward_labeled": stats.reward_labeled,
-        "gap_rate": stats.gap_lines / stats.lines if stats.lines else 0.0,
+        # No lines, no rate: a 0.0 would plot an empty round as a round without gaps.
+        "gap_rate": stats.gap_lines / stats.lines if stats.lines else MetadataValue.null(),
         "worker_sessions_joined": stats.worker_sessions_joined,
         "worker_cwds_missed": stats.worker_cwds_missed,
         "worker_sessions_empty": stats.worker_sessions_empty,

@@ -38,12 +38,19 @@ def _names(keys: list[str]) -> str:
     return shown + (f" and {len(keys) - _NAMES_LOGGED} more" if len(keys) > _NAMES_LOGGED else "")
 
 
-def _why_without_stats(context: AssetExecutionContext, rounds: list[str]) -> dict[str, str]:
+def _why_without_stats(context: AssetExecutionContext, rounds: list[str], ledger_root: LedgerRoot) -> dict[str, str]:
     """Why each round has no stats file, from what the instance recorded of its ledger."""
     checks = ledger_checks(context.instance, rounds)
     reasons = {}
     for key in rounds:
-        if checks[key].passed:
+        if not checks[key].materialized and ledger_root.outputs(key).ledger.is_file():
+            # A ledger this instance never recorded: written by another instance, or by a run
+            # on a temporary one (`dagster asset materialize` without DAGSTER_HOME).
+            reasons[key] = (
+                "no stats: this instance has no record of the ledger beside them (written on another "
+                "or a temporary instance); materialize the round"
+            )
+        elif checks[key].passed:
             # Its ledger was materialized again (and passed) without rollout_stats, which
             # rollout_ledger removes the stats for; the lineage shows rollout_stats stale.
             reasons[key] = (
@@ -105,7 +112,7 @@ def rounds_summary(
             "set ROLLOUT_LEDGER_ROOT to a folder this process may write",
             metadata={"error": type(error).__name__},
         ) from error
-    reasons = _why_without_stats(context, without_stats)
+    reasons = _why_without_stats(context, without_stats, ledger_root)
     for reason, rounds in sorted(_grouped(reasons).items()):
         context.log.info(f"{len(rounds)} round(s) left out of the summary ({reason}): {_names(rounds)}")
     total_lines = int(frame["lines"].sum()) if len(frame) else 0
@@ -119,7 +126,7 @@ def rounds_summary(
             "rounds_without_stats_reasons": MetadataValue.json(reasons),
             "invalid_partition_keys": MetadataValue.json(invalid_keys),
             "lines": total_lines,
-            "gap_rate": total_gaps / total_lines if total_lines else 0.0,
+            "gap_rate": total_gaps / total_lines if total_lines else MetadataValue.null(),
             "summary": MetadataValue.md(markdown_table(frame)),
             "dagster/row_count": len(frame),
         }
