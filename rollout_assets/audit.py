@@ -36,6 +36,8 @@ from pydantic import ValidationError
 
 from rollout_assets.ledger.schema import RolloutLine
 from rollout_assets.sources.jsonfiles import MAX_NESTING  # the rule, not the reader
+# The file primitive, not the reader: opens without blocking on a FIFO, refuses what is no file.
+from rollout_assets.sources.jsonfiles import read_regular_file
 
 SAMPLE_SIZE = 10
 
@@ -374,7 +376,7 @@ def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iter
             raise UnreadableRound(
                 f"{campaign / name}: cannot tell whether it holds a cached-result.json ({error.strerror or error})"
             ) from error
-        record = _input_json(cache.read_bytes())
+        record = _input_json(read_regular_file(cache))
         artifact = record.get("artifact")
         run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
         rep = record["rep"]
@@ -397,7 +399,7 @@ def _result_json(run_dir: str | None) -> dict[str, Any] | None:
     if run_dir is None or not os.path.isabs(run_dir):  # a relative runDir names no file (inputs.md)
         return None
     try:
-        result = _input_json(Path(run_dir, "result.json").read_bytes())
+        result = _input_json(read_regular_file(Path(run_dir, "result.json")))
     except (OSError, ValueError):
         return None
     return result if isinstance(result, dict) else None
@@ -660,11 +662,15 @@ def _resolved_fractions(cells: _CellsRecount) -> dict[str, int | float | None]:
 
 
 def _run_id(out_dir: Path) -> str:
-    """rollout-v1.md: loop-provenance.json's `runId`, else the absolute outDir."""
+    """rollout-v1.md: loop-provenance.json's `runId`, else the absolute outDir. A provenance
+    file that is there but cannot be read or parsed is no round's (the round reader refuses it)."""
+    path = out_dir / "improve-run" / "loop-provenance.json"
     try:
-        provenance = _input_json((out_dir / "improve-run" / "loop-provenance.json").read_bytes())
-    except (OSError, ValueError):
+        provenance = _input_json(read_regular_file(path))
+    except (FileNotFoundError, NotADirectoryError):
         provenance = None
+    except (OSError, ValueError) as error:
+        raise UnreadableRound(f"{path}: cannot read the loop provenance ({error})") from error
     run_id = provenance.get("runId") if isinstance(provenance, dict) else None
     return run_id if isinstance(run_id, str) and run_id else os.path.abspath(out_dir)
 

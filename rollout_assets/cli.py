@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 # (pydantic: most of the start-up time) are imported by the commands, inside main's handling
 # of Ctrl-C, so an interrupt right after Enter is one line too, not a traceback.
 from rollout_assets.paths import is_inside, sqlite_files
-from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
+from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR, unreadable_folder_reason
 from rollout_assets.sources.jsonfiles import to_indented_json
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
@@ -219,6 +219,11 @@ def _backfill_warnings(args: argparse.Namespace, stats: BackfillStats) -> list[s
         warnings.append(
             f"Claude projects folder {args.claude_projects} is not a directory: every proposer line is a gap "
             "line; give the folder with --claude-projects"
+        )
+    elif (why := unreadable_folder_reason(args.claude_projects)) and stats.by_role.get("proposer"):
+        warnings.append(
+            f"Claude projects folder {args.claude_projects} cannot be read ({why}): every proposer line is a "
+            "gap line; run as a user who may read it"
         )
     if stats.lines == 0:
         warnings.append(f"{args.out_dir} holds no campaign cells and no proposer shots: the ledger is empty")

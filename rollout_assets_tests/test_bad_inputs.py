@@ -1295,3 +1295,170 @@ def test_claude_usage_whose_sum_overflows_a_double_is_null_and_the_round_is_writ
     assert proposer["messages"] != []
     assert proposer["cost"]["tokens_out"] is None
     assert proposer["cost"]["tokens_in"] == 7
+
+
+# ---------------------------------------------------------------------------
+# Inputs that are no files: a FIFO, a folder, a symlink to nothing or a loop
+# ---------------------------------------------------------------------------
+
+
+def _replace_with(path: Path, kind: str) -> None:
+    """Put a FIFO, a folder, a symlink to nothing or a symlink loop where the file `path` was."""
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "dangling symlink":
+        path.symlink_to(path.parent / "gone")
+    else:
+        path.symlink_to(path.name)  # a loop
+
+
+def _receipt(rnd: Round) -> Path:
+    return next((rnd.out_dir / "proposer-shots").rglob("gen*-cand*-shot*.json"))
+
+
+@pytest.mark.parametrize(
+    ("what", "kind", "why"),
+    [
+        ("cell cache", "fifo", "cannot read cell cache (it is not a regular file)"),
+        ("cell cache", "folder", "cannot read cell cache (it is a folder)"),
+        ("cell cache", "dangling symlink", "cannot read cell cache (a symlink to nothing)"),
+        ("cell cache", "loop", "cannot read cell cache (a symlink loop)"),
+        ("loop provenance", "fifo", "cannot read the loop provenance (it is not a regular file)"),
+        ("loop provenance", "folder", "cannot read the loop provenance (it is a folder)"),
+        ("cost ledger", "fifo", "cannot read the cost ledger (it is not a regular file)"),
+    ],
+)
+def test_an_input_file_that_is_no_file_fails_loud_instead_of_blocking_or_dropping_it(
+    rnd: Round, what: str, kind: str, why: str
+) -> None:
+    """A FIFO used to block the backfill (and the sensor's tick) for ever; a cell cache that is a
+    folder or a dead link used to drop its cell, and an unreadable provenance changed every id."""
+    path = {
+        "cell cache": rnd.cell_cache("gen-0/candidate-1", "django__django-11532"),
+        "loop provenance": rnd.out_dir / "improve-run" / "loop-provenance.json",
+        "cost ledger": rnd.out_dir / "improve-run" / "cost-ledger.jsonl",
+    }[what]
+    _replace_with(path, kind)
+
+    result = cli_backfill(rnd)
+
+    assert assert_fails_loud(result, rnd) == f"rollout-assets: error: {path}: {why}"
+
+
+def test_a_loop_provenance_that_is_not_json_fails_loud_instead_of_changing_every_id(rnd: Round) -> None:
+    provenance = rnd.out_dir / "improve-run" / "loop-provenance.json"
+    provenance.write_text('{"runId": "improve-bad-round"', encoding="utf-8")  # cut short
+
+    result = cli_backfill(rnd)
+
+    assert_fails_loud(result, rnd, f"{provenance}: loop provenance is not valid JSON")
+
+
+@pytest.mark.parametrize("damage", ["receipts folder is a file", "a folder named like a receipt"])
+def test_a_receipts_layout_that_would_hide_shots_fails_loud(rnd: Round, damage: str) -> None:
+    shots = rnd.out_dir / "proposer-shots"
+    if damage == "receipts folder is a file":
+        shutil.rmtree(shots)
+        shots.write_text("not a folder", encoding="utf-8")
+        expected = f"{shots}: not a folder, so its shot receipts cannot be listed"
+    else:
+        receipt = _receipt(rnd)
+        _replace_with(receipt, "folder")
+        expected = f"{receipt}: a folder named like a shot receipt"
+
+    result = cli_backfill(rnd)
+
+    assert assert_fails_loud(result, rnd) == f"rollout-assets: error: {expected}"
+
+
+@pytest.mark.parametrize("what", ["result.json", "judge.json", "shot receipt", "claude transcript", "opencode journal"])
+def test_a_fifo_read_as_an_unreadable_file_never_blocks(rnd: Round, what: str) -> None:
+    """Files the seed reads as absent when unreadable: a FIFO reads the same way, at once."""
+    cache = rnd.cell_cache("gen-0/candidate-1", "django__django-11532")
+    path = {
+        "result.json": rnd.run_dir(cache) / "result.json",
+        "judge.json": rnd.run_dir(cache) / "judge.json",
+        "shot receipt": _receipt(rnd),
+        "claude transcript": rnd.transcript_of(rnd.proposer_of("gen0-cand0")),
+        "opencode journal": Path(f"{rnd.db}-journal"),
+    }[what]
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+
+    result = cli_backfill(rnd)  # 120 s timeout: a blocked read fails the test
+
+    after = backfilled(result, rnd)
+    if what == "result.json":  # its workers cannot be listed: the supervisor says so
+        supervisor = rnd.supervisor("gen0-cand1", "django__django-11532")
+        workers = {line["rollout_id"] for line in rnd.workers_of(supervisor)}
+        changed = changed_lines(rnd.before, after, removed=workers)
+        assert changed[supervisor["rollout_id"]][1]["provenance"]["gap"] == gaps.supervisor_gap(True)
+    elif what == "opencode journal":  # the store is not opened: every worker line says so
+        assert "opencode database" in result.stderr
+        assert sum(line["role"] == "worker" and not line["messages"] for line in after) == WORKERS
+    elif what == "judge.json":  # no verdict to keep
+        supervisor = rnd.supervisor("gen0-cand1", "django__django-11532")
+        changed = changed_lines(rnd.before, after)
+        assert set(changed) == {supervisor["rollout_id"]}
+        assert changed[supervisor["rollout_id"]][1]["outcome"]["verdict"] is None
+    elif what == "claude transcript":  # an empty transcript: a labeled gap
+        proposer = rnd.proposer_of("gen0-cand0")
+        changed = changed_lines(rnd.before, after)
+        assert set(changed) == {proposer["rollout_id"]}
+        assert changed[proposer["rollout_id"]][1]["messages"] == []
+        assert changed[proposer["rollout_id"]][1]["provenance"]["gap"]
+    else:  # a receipt read as malformed: its shot keeps its line
+        assert [line["rollout_id"] for line in after] == [line["rollout_id"] for line in rnd.before]
+
+
+def test_an_improve_run_folder_the_backfill_cannot_search_names_the_folder_not_out(
+    world_readable_tmp: Path,
+) -> None:
+    rnd = make_round(world_readable_tmp)
+    (rnd.out_dir / "improve-run").chmod(0o600)  # listed, not searched
+
+    result = backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl")
+
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        # The first file under it the backfill reads, not OUT ("ledger OUT not written").
+        f"rollout-assets: error: {rnd.out_dir / 'improve-run' / 'loop-provenance.json'}: cannot read the loop "
+        "provenance (Permission denied)"
+    ]
+    assert rnd.ledger.read_bytes() == OLD_LEDGER
+
+
+def test_a_claude_projects_folder_the_backfill_cannot_read_is_warned_about(world_readable_tmp: Path) -> None:
+    rnd = make_round(world_readable_tmp)
+    rnd.claude.chmod(0o000)
+
+    result = backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl")
+
+    after = backfilled(result, rnd)
+    assert result.stderr.splitlines() == [
+        f"rollout-assets: warning: Claude projects folder {rnd.claude} cannot be read (Permission denied): every "
+        "proposer line is a gap line; run as a user who may read it"
+    ]
+    assert [line["messages"] for line in after if line["role"] == "proposer"] == [[]] * SHOTS
+
+
+def test_the_dagster_resource_names_a_claude_projects_folder_it_cannot_read(world_readable_tmp: Path) -> None:
+    folder = world_readable_tmp / "claude-projects"
+    folder.mkdir(mode=0o000)
+    script = (
+        "import sys\nfrom rollout_assets.defs.resources import ClaudeProjects\n"
+        + DROP_TO_NOBODY
+        + "print(ClaudeProjects(projects_dir=sys.argv[1]).unavailable_reason())\n"
+    )
+
+    result = run_unprivileged(script, str(folder))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"Claude projects folder {folder} cannot be read (Permission denied): proposer shots become labeled gap "
+        "lines; run Dagster as a user who may read it\n"
+    )

@@ -823,7 +823,7 @@ def test_run_id_comes_from_loop_provenance(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("provenance", [None, '{"runId": 42}', "not json", '["runId"]', '{"runId": ""}'])
+@pytest.mark.parametrize("provenance", [None, '{"runId": 42}', '["runId"]', '{"runId": ""}'])
 def test_run_id_falls_back_to_the_absolute_out_dir(tmp_path: Path, provenance: str | None) -> None:
     out_dir = round_dir(tmp_path)
     if provenance is not None:
@@ -889,15 +889,28 @@ def test_a_cell_whose_cache_cannot_be_examined_stops_the_round_naming_it(tmp_pat
     )
 
 
-def test_a_symlink_loop_or_a_plain_file_is_still_not_a_cell(tmp_path: Path) -> None:
+def test_a_plain_file_or_a_symlink_loop_among_the_entries_is_still_not_a_cell(tmp_path: Path) -> None:
+    out_dir = round_dir(tmp_path)
+    baseline = campaign_dir(out_dir)
+    write_cell(baseline, "a", cell("a__a-1", 0))
+    (baseline / "loop").symlink_to("loop")
+    (baseline / "file").write_text("{}")
+
+    assert cell_keys(out_dir) == [("a__a-1", 0)]
+
+
+def test_a_cell_folder_whose_cache_is_a_symlink_loop_stops_the_round_naming_it(tmp_path: Path) -> None:
+    """The cache is there but cannot be read: skipping the cell would drop it unseen."""
     out_dir = round_dir(tmp_path)
     baseline = campaign_dir(out_dir)
     write_cell(baseline, "a", cell("a__a-1", 0))
     (baseline / "loop").mkdir()
     (baseline / "loop" / "cached-result.json").symlink_to("cached-result.json")
-    (baseline / "file").write_text("{}")
 
-    assert cell_keys(out_dir) == [("a__a-1", 0)]
+    with pytest.raises(RoundInputError) as raised:
+        build_manifest(out_dir)
+
+    assert str(raised.value) == f"{baseline / 'loop' / 'cached-result.json'}: cannot read cell cache (a symlink loop)"
 
 
 def test_a_receipts_folder_that_cannot_be_listed_stops_the_round_naming_it(tmp_path: Path) -> None:

@@ -591,6 +591,28 @@ def test_a_round_the_round_reader_refuses_is_requested_once_so_its_run_says_why(
     assert second.result == SkipReason("no new or changed rounds")
 
 
+def test_a_fifo_in_place_of_a_cell_cache_neither_blocks_the_tick_nor_hides_the_round(fresh: DemoLayout) -> None:
+    """Reading it would wait for a writer for ever, stalling every round's tick; the round is
+    requested, and its run fails naming the file."""
+    import threading
+
+    age(fresh.root, 3600)
+    cache = next((fresh.rounds_root / ROUND / "improve-run" / "baseline").glob("*/cached-result.json"))
+    cache.unlink()
+    os.mkfifo(cache)
+    fingerprinted: list[str] = []  # what the tick computes first, in a thread that may block
+    reading = threading.Thread(
+        target=lambda: fingerprinted.append(fingerprint(fresh.rounds_root / ROUND)), daemon=True
+    )
+
+    reading.start()
+    reading.join(timeout=60)
+    assert fingerprinted, "fingerprinting the round blocked on the FIFO"
+    ticked = tick(fresh.rounds_root)
+
+    assert ticked.requested == [(ROUND, key_of(ROUND, fingerprinted[0]))]
+
+
 def test_a_partition_deleted_while_its_directory_stays_is_added_again_without_a_run(demo: DemoLayout) -> None:
     instance = DagsterInstance.ephemeral()
     first = tick(demo.rounds_root, instance=instance)

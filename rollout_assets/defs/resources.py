@@ -25,6 +25,7 @@ from dagster import ConfigurableResource
 
 from rollout_assets.defs.partitions import validate_round_key
 from rollout_assets.paths import folder_relation, is_inside, real_path, sqlite_files
+from rollout_assets.sources.claude import unreadable_folder_reason
 from rollout_assets.stages import RoundOutputs
 
 
@@ -116,6 +117,12 @@ class ClaudeProjects(ConfigurableResource):
             return (
                 f"Claude projects folder {self.path} does not exist: proposer shots become labeled gap lines; "
                 "set CLAUDE_PROJECTS_DIR to the folder that holds the transcripts"
+            )
+        why = unreadable_folder_reason(self.path)
+        if why is not None:
+            return (
+                f"Claude projects folder {self.path} cannot be read ({why}): proposer shots become labeled gap "
+                "lines; run Dagster as a user who may read it"
             )
         return None
 

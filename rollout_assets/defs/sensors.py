@@ -31,7 +31,7 @@ from rollout_assets.defs.jobs import UNFINISHED_STATUSES, materialize_round, rou
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundsRoot, is_round_dir, seconds_from_environment
 from rollout_assets.defs.summary import rounds_summary
-from rollout_assets.sources.jsonfiles import string_or_none
+from rollout_assets.sources.jsonfiles import read_regular_file, string_or_none
 from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
 
 SENSOR_INTERVAL_SECONDS = seconds_from_environment("ROLLOUT_SENSOR_INTERVAL_SECONDS", 60, minimum=1)
@@ -92,7 +92,7 @@ def _artifact_of(cell_cache: str, size: int, mtime_ns: int) -> tuple[str | None,
     """A cell's (artifact.runDir, artifact.patchPath); cached by (path, size, mtime) so
     unchanged cells are parsed once."""
     try:
-        record = json.loads(Path(cell_cache).read_bytes().decode("utf-8", errors="replace"))
+        record = json.loads(read_regular_file(cell_cache).decode("utf-8", errors="replace"))
     except (OSError, ValueError):
         return None, None
     artifact = record.get("artifact") if isinstance(record, dict) else None
@@ -127,6 +127,8 @@ def _input_files(out_dir: Path) -> tuple[list[Path], list[Path], int, int]:
             try:
                 stat = cache.stat()
             except OSError:
+                continue
+            if not S_ISREG(stat.st_mode):  # the round reader refuses it; its run says so
                 continue
             cells += 1
             files.append(cache)

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_assets.sources.jsonfiles import NotJson, is_number, is_record, parse_json, to_json_text
+from rollout_assets.sources.jsonfiles import (
+    NotJson,
+    is_number,
+    is_record,
+    open_regular_file,
+    parse_json,
+    to_json_text,
+)
 
 DEFAULT_CLAUDE_PROJECTS_DIR = os.path.join(os.path.expanduser("~"), ".claude", "projects")
 
@@ -93,12 +100,25 @@ class ClaudeTranscript:
     main_thread_lines: int = 0
 
 
+def unreadable_folder_reason(path: str | os.PathLike[str]) -> str | None:
+    """Why a folder that is there cannot be listed (permission denied, say), or None. A Claude
+    projects folder the process may not list reads as one without transcripts: every shot
+    then becomes a gap line, so callers warn."""
+    try:
+        with os.scandir(path):
+            return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not there at all: the callers' other warning
+    except OSError as error:
+        return error.strerror or str(error)
+
+
 def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
     """Parse one transcript file; an unreadable file reads as an empty transcript."""
     transcript = ClaudeTranscript(path=Path(path))
     parser = _TranscriptParser(transcript)
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(path) as handle:  # a FIFO or a folder reads as empty, never blocks
             for raw_line in handle:
                 parser.feed(raw_line)
     except OSError:

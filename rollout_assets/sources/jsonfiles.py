@@ -26,12 +26,15 @@ nothing downstream and dropping its record would lose a tool call.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -122,10 +125,40 @@ def _not_too_deep(value: Any, text: str | bytes, max_nesting: int | None) -> Any
     return value
 
 
-def read_json_or_none(path: str | Path) -> Any:
-    """The seed's `readJson`: the parsed value, or None when the file is missing, unreadable or not JSON."""
+class NotARegularFile(OSError):
+    """An input path that is a FIFO, a socket, a device or a folder, not a file."""
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open an input file for reading; NotARegularFile when it is anything but a regular file.
+
+    Opened without blocking, then checked: opening a FIFO to read would wait for a writer for
+    ever (and hang the round, or the sensor's tick), and a device could be read for ever.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        raw = Path(path).read_bytes()
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "it is a folder" if stat.S_ISDIR(mode) else "it is not a regular file"
+            raise NotARegularFile(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL, kind, os.fsdecode(path))
+        # O_NONBLOCK means nothing to a regular file's reads.
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_regular_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of an input file; OSError (NotARegularFile included) when it cannot be read."""
+    with open_regular_file(path) as handle:
+        return handle.read()
+
+
+def read_json_or_none(path: str | Path) -> Any:
+    """The seed's `readJson`: the parsed value, or None when the file is missing, unreadable
+    (a FIFO or a folder included) or not JSON."""
+    try:
+        raw = read_regular_file(path)
     except (OSError, ValueError):  # ValueError: a path no file name can hold (a lone surrogate, a NUL)
         return None
     try:

@@ -101,6 +101,11 @@ class OpencodeStore:
         path = Path(path)
         if not path.is_file():
             return None
+        # SQLite opens the journal or WAL beside the store when there is one: a FIFO there
+        # (or any other non-file) would block the open for ever.
+        for sibling in (f"{path}-journal", f"{path}-wal", f"{path}-shm"):
+            if os.path.lexists(sibling) and not os.path.isfile(sibling):
+                return None
         # Bytes: a path holding a byte that is not UTF-8 (surrogate-escaped) must reach SQLite as is.
         uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
         try:

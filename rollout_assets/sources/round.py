@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, BinaryIO, overload
 
 from rollout_assets.sources.jsonfiles import (
     NotJson,
@@ -30,8 +30,10 @@ from rollout_assets.sources.jsonfiles import (
     integer_or_none,
     is_number,
     is_record,
+    open_regular_file,
     parse_json,
     read_json_or_none,
+    read_regular_file,
 )
 
 BASELINE_GENERATION = -1
@@ -126,7 +128,7 @@ def _string(value: Any) -> str | None:
 def _read_cell_record(path: Path) -> dict[str, Any]:
     """Parse one `cached-result.json`; fail loud when it cannot be a campaign cell."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path)
     except OSError as error:
         raise RoundInputError(f"{path}: cannot read cell cache ({error.strerror or error})") from error
     try:
@@ -414,19 +416,39 @@ def _holds_a_cell_cache(entry: str) -> bool:
     """Whether a campaign entry is a cell: a folder holding a regular `cached-result.json`.
 
     A sub-directory without one is skipped (inputs.md), and so is a plain file or a symlink
-    loop. But an entry the process may not search is not known to lack one: skipping it would
-    drop a cell without a trace, so the round stops naming it.
+    loop among the entries. But an entry the process may not search is not known to lack one,
+    and a `cached-result.json` that is there but no file (a folder, a FIFO, a symlink to
+    nothing or a loop) is a cell whose cache cannot be read: skipping either would drop a cell
+    without a trace, so the round stops naming it.
     """
+    cache = os.path.join(entry, CELL_CACHE)
     try:
-        return stat.S_ISREG(os.stat(os.path.join(entry, CELL_CACHE)).st_mode)
+        mode = os.stat(cache).st_mode
+    except OSError as error:
+        if not isinstance(error, (FileNotFoundError, NotADirectoryError)) and error.errno != errno.ELOOP:
+            raise RoundInputError(
+                f"{entry}: cannot tell whether it holds a {CELL_CACHE} ({error.strerror or error})"
+            ) from error
+        if not os.path.lexists(cache) or not _is_folder(entry):
+            return False  # no cache yet (an arm still running), or an entry that is no folder
+        why = "a symlink loop" if error.errno == errno.ELOOP else "a symlink to nothing"
+        raise RoundInputError(f"{cache}: cannot read cell cache ({why})") from error
+    if not stat.S_ISREG(mode):
+        kind = "it is a folder" if stat.S_ISDIR(mode) else "it is not a regular file"
+        raise RoundInputError(f"{cache}: cannot read cell cache ({kind})")
+    return True
+
+
+def _is_folder(path: str | Path) -> bool:
+    """Whether `path` is a folder (following links); a path the process may not look at stops the round."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as error:
         if error.errno == errno.ELOOP:
             return False
-        raise RoundInputError(
-            f"{entry}: cannot tell whether it holds a {CELL_CACHE} ({error.strerror or error})"
-        ) from error
+        raise RoundInputError(f"{path}: cannot tell whether it is a folder ({error.strerror or error})") from error
 
 
 def _read_campaign(
@@ -694,18 +716,18 @@ def discover_campaigns(out_dir: Path) -> list[tuple[int, int, Path]]:
     """(generation, candidate index, campaign dir) of the baseline and every candidate, in order."""
     improve_run = out_dir / "improve-run"
     campaigns: list[tuple[int, int, Path]] = []
-    if (improve_run / "baseline").is_dir():
+    if _is_folder(improve_run / "baseline"):
         campaigns.append((BASELINE_GENERATION, BASELINE_CANDIDATE_INDEX, improve_run / "baseline"))
-    if not improve_run.is_dir():
+    if not _is_folder(improve_run):
         return campaigns
     candidates: list[tuple[int, int, Path]] = []
     for generation_dir in _sub_directories(improve_run):
         generation_match = _GENERATION_DIR.match(generation_dir.name)
-        if generation_match is None or not generation_dir.is_dir():
+        if generation_match is None or not _is_folder(generation_dir):
             continue
         for candidate_dir in _sub_directories(generation_dir):
             candidate_match = _CANDIDATE_DIR.match(candidate_dir.name)
-            if candidate_match is None or not candidate_dir.is_dir():
+            if candidate_match is None or not _is_folder(candidate_dir):
                 continue
             candidates.append(
                 (
@@ -741,13 +763,23 @@ class CostLedger:
         return PackedStrings(call for calls in found for call in calls)
 
 
+def _open_if_there(path: Path, what: str) -> BinaryIO | None:
+    """An optional file of the round, open; None when there is none. One that is there but
+    cannot be read (a FIFO, a folder, no permission) stops the round: reading it as absent
+    would change the lines unseen."""
+    try:
+        return open_regular_file(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise RoundInputError(f"{path}: cannot read the {what} ({error.strerror or error})") from error
+
+
 def read_cost_ledger(out_dir: Path) -> CostLedger:
     """`improve-run/cost-ledger.jsonl`: only settled receipts with a string callId count; garbage is skipped."""
     ledger = CostLedger()
-    path = out_dir / "improve-run" / "cost-ledger.jsonl"
-    try:
-        handle = path.open("rb")
-    except OSError:
+    handle = _open_if_there(out_dir / "improve-run" / "cost-ledger.jsonl", "cost ledger")
+    if handle is None:
         return ledger
     with handle:
         for raw_line in handle:
@@ -770,6 +802,22 @@ def read_cost_ledger(out_dir: Path) -> CostLedger:
     return ledger
 
 
+def read_provenance(out_dir: Path) -> Any:
+    """`improve-run/loop-provenance.json`, parsed; None when there is none. One that is there
+    but cannot be read or parsed stops the round: its `runId` names every line (inputs.md),
+    and reading it as absent would give every rollout id of the round another value unseen."""
+    path = out_dir / "improve-run" / "loop-provenance.json"
+    handle = _open_if_there(path, "loop provenance")
+    if handle is None:
+        return None
+    with handle:
+        raw = handle.read()
+    try:
+        return parse_json(raw)
+    except NotJson as error:
+        raise RoundInputError(f"{path}: loop provenance is not valid JSON ({error})") from error
+
+
 def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) -> RoundManifest:
     """Join the round's own files into its manifest; RoundInputError on corrupt evidence.
 
@@ -781,7 +829,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
     out_dir = resolve_out_dir(out_dir)
     if not out_dir.is_dir():
         raise RoundInputError(f"{out_dir}: round outDir does not exist or is not a directory")
-    provenance = read_json_or_none(out_dir / "improve-run" / "loop-provenance.json")
+    provenance = read_provenance(out_dir)
     cost_ledger = read_cost_ledger(out_dir)
     receipts = list_shot_receipts(out_dir)
     entries: list[CampaignEntry] = []
@@ -945,6 +993,9 @@ def list_shot_receipts(out_dir: Path) -> list[ShotReceiptFile]:
         # Like the seed's readdir(withFileTypes): a symlink is not followed, so a link
         # to a directory (or a symlink loop) is read as a file name, never descended into.
         if _is_real_directory(entry):
+            if _SHOT_RECEIPT_NAME.match(entry.name):
+                # Read as an author folder (the seed's rule), its shot would vanish.
+                raise RoundInputError(f"{entry.path}: a folder named like a shot receipt")
             for name in sorted(e.name for e in _scan(Path(entry.path))):
                 collect(name, entry.name, os.path.join(entry.path, name))
         else:
@@ -954,13 +1005,15 @@ def list_shot_receipts(out_dir: Path) -> list[ShotReceiptFile]:
 
 
 def _scan(directory: Path) -> list[os.DirEntry[str]]:
-    """The entries of a receipts folder; none when it does not exist. A folder that exists but
-    cannot be listed stops the round (the seed read it as empty, dropping its shots unseen)."""
+    """The entries of a receipts folder; none when it does not exist. One that exists but cannot
+    be listed, or is a file, stops the round (the seed read it as empty, dropping its shots unseen)."""
     try:
         with os.scandir(directory) as entries:
             return sorted(entries, key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return []
+    except NotADirectoryError as error:  # a file where the folder belongs: its shots are unknown
+        raise RoundInputError(f"{directory}: not a folder, so its shot receipts cannot be listed") from error
     except OSError as error:
         raise RoundInputError(f"{directory}: cannot list directory ({error.strerror or error})") from error
 
