@@ -12,6 +12,7 @@ attach metadata, and the functions can be run and benchmarked alone.
       stages/proposer-transcripts.jsonl      proposer_transcripts: proposer lines in ledger order
       rollout-ledger.jsonl                   rollout_ledger: the validated tangle.rollout.v1 ledger
       stages/rollout-ledger-stats.json       rollout_ledger: the counters of that file
+      stages/built-from/<stage>.json         what each stage was built from (see "Stage records")
       rollout-stats.json                     rollout_stats: the counters (rollout_ledger removes them
                                              before it replaces the ledger)
 
@@ -58,6 +59,7 @@ from rollout_assets.sources.round import (
     build_manifest,
     list_cell_paths,
     manifest_from_json,
+    round_inputs_fingerprint,
 )
 
 ProgressLog = Callable[[str], None]
@@ -118,6 +120,9 @@ class RoundOutputs:
     def stats(self) -> Path:
         return self.folder / "rollout-stats.json"
 
+    def built_from(self, stage: str) -> Path:
+        return self.folder / "stages" / "built-from" / f"{stage}.json"
+
 
 def write_json_atomic(path: Path, value: Any) -> None:
     """One JSON document, replaced atomically like every other output.
@@ -145,14 +150,123 @@ def read_json(path: Path) -> Any:
 
 
 # ---------------------------------------------------------------------------
+# Stage records: what each stage was built from
+# ---------------------------------------------------------------------------
+#
+# Stages can be materialized one by one, at different times. A ledger assembled from stages
+# that saw different states of the round (a cell cache rewritten between two of them), or
+# that were built from another upstream file (round_manifest run again, campaign_cells not),
+# or from another store, would mix two moments in one ledger, and the checks, which recount
+# ids and rewards, could not tell. So each stage records, beside its output, the fingerprint
+# of the round it saw (round_inputs_fingerprint), the files it was built from and wrote (their
+# identity: inode, size, mtime) and the store it read; the stages that read the round check
+# it has not changed since round_manifest, and the ledger stage checks that every record
+# names the files on disk now and one state of the round.
+
+
+def _identity_of(path: Path, stage: str) -> list[int]:
+    try:
+        return file_identity(path)
+    except FileNotFoundError as error:
+        raise StageMismatchError(f"{path} does not exist: materialize {stage} first") from error
+
+
+def _write_record(outputs: RoundOutputs, stage: str, record: dict[str, Any]) -> None:
+    write_json_atomic(outputs.built_from(stage), record)
+
+
+def _read_record(outputs: RoundOutputs, stage: str) -> dict[str, Any]:
+    path = outputs.built_from(stage)
+    try:
+        record = read_json(path)
+    except FileNotFoundError as error:
+        raise StageMismatchError(
+            f"{stage} has no record of what it was built from ({path}; not materialized yet, or by an older "
+            f"version): materialize {stage}"
+        ) from error
+    except ValueError as error:
+        raise StageMismatchError(f"{path} cannot be read ({error}): materialize {stage} again") from error
+    if not isinstance(record, dict):
+        raise StageMismatchError(f"{path} is not a stage record: materialize {stage} again")
+    return record
+
+
+def _unchanged_round(out_dir: Path, outputs: RoundOutputs) -> dict[str, Any]:
+    """The round_manifest record, once the round's files are shown to be those it saw."""
+    record = _read_record(outputs, "round_manifest")
+    if record.get("manifest") != _identity_of(outputs.manifest, "round_manifest"):
+        raise StageMismatchError(
+            f"{outputs.manifest} is not the file round_manifest recorded writing: materialize round_manifest again"
+        )
+    if record.get("inputs") != round_inputs_fingerprint(out_dir):
+        raise RoundChangedError(
+            f"round {out_dir} changed since its round_manifest was materialized (a cell, receipt, cost ledger, "
+            "provenance or candidate patch was added, removed or rewritten): materialize the round again, every "
+            "stage from round_manifest on"
+        )
+    return record
+
+
+def _check(stage: str, consistent: bool, why: str) -> None:
+    if not consistent:
+        raise StageMismatchError(f"{stage} is out of date ({why}): materialize it and the stages after it again")
+
+
+def check_stages_agree(outputs: RoundOutputs, opencode_db: str | os.PathLike[str], claude_projects_dir: str | os.PathLike[str]) -> None:
+    """Raise unless the stage files on disk were built from one state of the round, from each
+    other and from the stores configured now (see "Stage records")."""
+    manifest = _unchanged_round(Path(_read_record(outputs, "round_manifest").get("outDir", "")), outputs)
+    cells = _read_record(outputs, "campaign_cells")
+    workers = _read_record(outputs, "worker_sessions")
+    proposers = _read_record(outputs, "proposer_transcripts")
+    _check("campaign_cells", cells.get("manifest") == manifest["manifest"], "built from another manifest.json")
+    _check(
+        "campaign_cells",
+        cells.get("cells") == _identity_of(outputs.campaign_cells, "campaign_cells"),
+        f"{outputs.campaign_cells} is not the file it recorded writing",
+    )
+    _check("worker_sessions", workers.get("cells") == cells["cells"], "built from another campaign-cells.jsonl")
+    _check(
+        "worker_sessions",
+        workers.get("workerLines") == _identity_of(outputs.worker_sessions, "worker_sessions")
+        and workers.get("summary") == _identity_of(outputs.worker_sessions_summary, "worker_sessions"),
+        f"{outputs.worker_sessions} or its summary is not the file it recorded writing",
+    )
+    _check(
+        "worker_sessions",
+        workers.get("opencodeDb") == os.path.abspath(opencode_db),
+        f"read the opencode store {workers.get('opencodeDb')}, and the store configured now is {os.path.abspath(opencode_db)}",
+    )
+    _check("proposer_transcripts", proposers.get("manifest") == manifest["manifest"], "built from another manifest.json")
+    _check(
+        "proposer_transcripts",
+        proposers.get("proposerLines") == _identity_of(outputs.proposer_transcripts, "proposer_transcripts"),
+        f"{outputs.proposer_transcripts} is not the file it recorded writing",
+    )
+    _check(
+        "proposer_transcripts",
+        proposers.get("claudeProjects") == os.path.abspath(claude_projects_dir),
+        f"read the Claude projects folder {proposers.get('claudeProjects')}, and the folder configured now is "
+        f"{os.path.abspath(claude_projects_dir)}",
+    )
+
+
+# ---------------------------------------------------------------------------
 # round_manifest
 # ---------------------------------------------------------------------------
 
 
 def write_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
-    """Build the manifest (fail loud on corrupt evidence) and store its JSON."""
+    """Build the manifest (fail loud on corrupt evidence) and store its JSON, with its record."""
+    # Taken before reading: a file changed while the manifest is built shows in the next stage.
+    inputs = round_inputs_fingerprint(out_dir)
     manifest = build_manifest(out_dir, keep_rows=True)
     write_json_atomic(outputs.manifest, manifest.to_json())
+    _write_record(
+        outputs,
+        "round_manifest",
+        {"outDir": str(manifest.out_dir), "inputs": inputs, "manifest": file_identity(outputs.manifest)},
+    )
     return manifest
 
 
@@ -195,8 +309,9 @@ def current_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
     if stored != current:
         added, removed = sorted(current - stored), sorted(stored - current)
         raise RoundChangedError(
-            f"round {out_dir} changed while being materialized: {len(added)} cell(s) added "
-            f"{added[:3]}, {len(removed)} removed {removed[:3]}; re-materialize the round"
+            f"round {out_dir} changed since its round_manifest was materialized: {len(added)} cell(s) added "
+            f"{added[:3]}, {len(removed)} removed {removed[:3]}; materialize the round again, every stage from "
+            "round_manifest on"
         )
     return _manifest_from_file(outputs, stored_json, with_cells=True)
 
@@ -256,7 +371,9 @@ def write_campaign_cells(
     workers: int | None = None,
 ) -> CellsSummary:
     """One row per campaign cell: its supervisor line and its distinct worker cwds, on every core."""
-    manifest = current_manifest(out_dir, outputs)
+    _read_record(outputs, "round_manifest")  # one clear sentence when round_manifest never ran
+    manifest = current_manifest(out_dir, outputs)  # names the cells added or removed, if any
+    built_from = _unchanged_round(out_dir, outputs)  # any other change
     units = [unit for unit in round_units(manifest) if isinstance(unit, CellUnit)]
     left = {index: len(entry.cells) for index, entry in enumerate(manifest.entries)}
 
@@ -268,9 +385,15 @@ def write_campaign_cells(
 
     producer = _CellRowsProducer(manifest, line_context(manifest, captured_at))
     with AtomicJsonlWriter(outputs.campaign_cells) as writer:
-        return write_units(
+        summary = write_units(
             writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done, new_tally=CellsSummary
         )
+    _write_record(
+        outputs,
+        "campaign_cells",
+        {"manifest": built_from["manifest"], "cells": file_identity(outputs.campaign_cells)},
+    )
+    return summary
 
 
 def read_cell_rows(outputs: RoundOutputs) -> Iterator[CellRow]:
@@ -379,6 +502,7 @@ def write_worker_sessions(
     workers: int | None = None,
 ) -> BackfillStats:
     """Worker lines of every cell, joined from the opencode store, in ledger order, on every core."""
+    cells = _identity_of(outputs.campaign_cells, "campaign_cells")
     stores = StorePerProcess.probe(opencode_db)
     units = row_units(outputs.campaign_cells, CELLS_PER_UNIT)
     left = {}
@@ -411,6 +535,16 @@ def write_worker_sessions(
             "transcripts": tally.transcripts.to_json(),
         },
     )
+    _write_record(
+        outputs,
+        "worker_sessions",
+        {
+            "cells": cells,
+            "workerLines": file_identity(outputs.worker_sessions),
+            "summary": file_identity(outputs.worker_sessions_summary),
+            "opencodeDb": os.path.abspath(opencode_db),
+        },
+    )
     return stats
 
 
@@ -423,15 +557,26 @@ def write_proposer_transcripts(
     outputs: RoundOutputs, claude_projects_dir: str | os.PathLike[str], captured_at: str
 ) -> BackfillStats:
     """Proposer lines of every shot receipt, joined to Claude transcripts, in ledger order."""
-    manifest = stored_manifest(outputs)
-    if not manifest.out_dir.is_dir():
+    out_dir = Path(_read_record(outputs, "round_manifest").get("outDir", ""))
+    if not out_dir.is_dir():
         # Its receipts would list as none: an empty stage, not a round without shots.
-        raise RoundInputError(f"{manifest.out_dir}: round outDir does not exist or is not a directory")
+        raise RoundInputError(f"{out_dir}: round outDir does not exist or is not a directory")
+    built_from = _unchanged_round(out_dir, outputs)
+    manifest = stored_manifest(outputs)
     stats = BackfillStats()
     with LedgerWriter(outputs.proposer_transcripts) as writer:
         for line in proposer_lines(manifest, line_context(manifest, captured_at), claude_projects_dir):
             stats.observe(line)
             writer.write(line)
+    _write_record(
+        outputs,
+        "proposer_transcripts",
+        {
+            "manifest": built_from["manifest"],
+            "proposerLines": file_identity(outputs.proposer_transcripts),
+            "claudeProjects": os.path.abspath(claude_projects_dir),
+        },
+    )
     return stats
 
 
@@ -505,15 +650,20 @@ def file_identity(path: Path) -> list[int]:
     return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
 
 
-def write_rollout_ledger(outputs: RoundOutputs) -> BackfillStats:
+def write_rollout_ledger(
+    outputs: RoundOutputs, opencode_db: str | os.PathLike[str], claude_projects_dir: str | os.PathLike[str]
+) -> BackfillStats:
     """Assemble the round's ledger from the stage files, atomically; returns its counters.
 
     Every line was validated by the stage that wrote it; here they are merged in ledger
     order (each supervisor, then its workers; then the proposers), worker and proposer lines
     copied as stored, so the file is the same the one-process backfill writes. The worker
     lines are placed by the order their stage recorded, not parsed again: each cell's run of
-    them is found by counting line ends, and the kernel copies it.
+    them is found by counting line ends, and the kernel copies it. The stage files must agree
+    with each other, with the round as it is and with the stores configured now
+    (check_stages_agree).
     """
+    check_stages_agree(outputs, opencode_db, claude_projects_dir)
     summary = read_json(outputs.worker_sessions_summary)
     if outputs.worker_sessions.stat().st_size != summary["bytes"]:
         raise StageMismatchError(

@@ -209,8 +209,8 @@ def lose_a_worker_line_in_the_ledger_stage(monkeypatch: Any) -> None:
 
     write_rollout_ledger = assets.write_rollout_ledger
 
-    def losing_a_worker_line(outputs: Any) -> Any:
-        stats = write_rollout_ledger(outputs)
+    def losing_a_worker_line(outputs: Any, *stores: Any) -> Any:
+        stats = write_rollout_ledger(outputs, *stores)
         lines = read_jsonl(outputs.ledger)
         del lines[max(i for i, line in enumerate(lines) if line["role"] == "worker")]
         write_jsonl(outputs.ledger, lines)

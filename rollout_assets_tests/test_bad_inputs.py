@@ -1097,7 +1097,9 @@ def test_cells_appearing_during_a_run_fail_with_round_changed_error(
 
     assert not result.success
     message = step_failures(result)["campaign_cells"]
-    assert message.startswith(f"round {layout.rounds[0]} changed while being materialized: 1 cell(s) added")
+    assert message.startswith(
+        f"round {layout.rounds[0]} changed since its round_manifest was materialized: 1 cell(s) added"
+    )
     assert str(new_cell / "cached-result.json") in message
     failure = next(e for e in result.get_step_failure_events() if e.step_key == "campaign_cells")
     assert failure.step_failure_data.user_failure_data.metadata["error"].value == "RoundChangedError"

@@ -41,6 +41,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
     return write_rounds(tmp_path_factory.mktemp("demo"))
 
 
+def _stores_of(outputs: RoundOutputs) -> tuple[str, str]:
+    """The opencode store and Claude projects folder the stages were built from (their records)."""
+    workers = json.loads(outputs.built_from("worker_sessions").read_text())
+    proposers = json.loads(outputs.built_from("proposer_transcripts").read_text())
+    return workers["opencodeDb"], proposers["claudeProjects"]
+
+
 def _run_stages(demo: DemoLayout, folder: Path, workers: int) -> RoundOutputs:
     out_dir = demo.rounds_root / ROUND
     outputs = RoundOutputs(folder)
@@ -48,7 +55,7 @@ def _run_stages(demo: DemoLayout, folder: Path, workers: int) -> RoundOutputs:
     write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=workers)
     write_worker_sessions(outputs, demo.opencode_db, CAPTURED_AT, workers=workers)
     write_proposer_transcripts(outputs, demo.claude_projects_dir, CAPTURED_AT)
-    write_rollout_ledger(outputs)
+    write_rollout_ledger(outputs, demo.opencode_db, demo.claude_projects_dir)
     write_rollout_stats(outputs)
     return outputs
 
@@ -77,13 +84,50 @@ def test_stages_on_two_workers_write_the_command_line_ledger_and_stats(
     assert json.loads(staged.stats.read_text()) == stats.to_json()
 
 
+def _record_as_written(outputs: RoundOutputs, stage: str) -> None:
+    """Make the stage's record name its files as they are now, as if the stage had written
+    them: what a stage with a bug would leave. The ledger stage's own checks must then refuse."""
+    from rollout_assets.sources.round import round_inputs_fingerprint
+    from rollout_assets.stages import file_identity
+
+    path = outputs.built_from(stage)
+    record = json.loads(path.read_text())
+    if stage == "round_manifest":  # as if the round changed only after the stage checked it
+        record.update(manifest=file_identity(outputs.manifest), inputs=round_inputs_fingerprint(record["outDir"]))
+        path.write_text(json.dumps(record))
+        return
+    files = {
+        "campaign_cells": {"cells": outputs.campaign_cells},
+        "worker_sessions": {"workerLines": outputs.worker_sessions, "summary": outputs.worker_sessions_summary},
+    }[stage]
+    record.update({name: file_identity(file) for name, file in files.items()})
+    path.write_text(json.dumps(record))
+    if stage == "campaign_cells":  # the worker stage was built from that file too
+        _record_as_written(outputs, "worker_sessions")
+        workers = json.loads(outputs.built_from("worker_sessions").read_text())
+        workers["cells"] = record["cells"]
+        outputs.built_from("worker_sessions").write_text(json.dumps(workers))
+
+
+@pytest.mark.parametrize("stage", ["campaign_cells", "worker_sessions"])
+def test_ledger_stage_refuses_a_stage_file_changed_after_its_stage_wrote_it(staged: RoundOutputs, stage: str) -> None:
+    previous = staged.ledger.read_bytes()
+    changed = staged.campaign_cells if stage == "campaign_cells" else staged.worker_sessions
+    changed.write_bytes(changed.read_bytes() + b"\n")
+
+    with pytest.raises(StageMismatchError, match=f"^{stage} is out of date .*is not the file it recorded writing"):
+        write_rollout_ledger(staged, *_stores_of(staged))
+    assert staged.ledger.read_bytes() == previous
+
+
 def test_ledger_stage_refuses_a_worker_file_its_summary_does_not_describe(staged: RoundOutputs) -> None:
     previous = staged.ledger.read_bytes()
     lines = staged.worker_sessions.read_bytes().splitlines(keepends=True)
     staged.worker_sessions.write_bytes(b"".join(lines[:-1]))
+    _record_as_written(staged, "worker_sessions")
 
     with pytest.raises(StageMismatchError, match="worker-sessions.jsonl is not the file"):
-        write_rollout_ledger(staged)
+        write_rollout_ledger(staged, *_stores_of(staged))
     assert staged.ledger.read_bytes() == previous
 
 
@@ -92,9 +136,10 @@ def test_ledger_stage_refuses_worker_lines_that_follow_no_supervisor_in_order(st
     rows = staged.campaign_cells.read_bytes().splitlines(keepends=True)
     # A cell row that went missing: its worker lines now follow no supervisor.
     staged.campaign_cells.write_bytes(b"".join(rows[:1] + rows[2:]))
+    _record_as_written(staged, "campaign_cells")
 
     with pytest.raises(StageMismatchError, match="follow no supervisor"):
-        write_rollout_ledger(staged)
+        write_rollout_ledger(staged, *_stores_of(staged))
     assert staged.ledger.read_bytes() == previous
 
 
@@ -106,9 +151,10 @@ def test_ledger_stage_refuses_a_worker_order_that_does_not_match_the_lines(stage
     summary = json.loads(staged.worker_sessions_summary.read_text())
     summary["parents"][-1][1] += change
     staged.worker_sessions_summary.write_text(json.dumps(summary))
+    _record_as_written(staged, "worker_sessions")
 
     with pytest.raises(StageMismatchError, match="follow no supervisor"):
-        write_rollout_ledger(staged)
+        write_rollout_ledger(staged, *_stores_of(staged))
     assert staged.ledger.read_bytes() == previous
 
 
@@ -175,7 +221,7 @@ def test_ledger_stage_does_not_fail_once_its_ledger_is_in_place(staged: RoundOut
     staged.ledger_stats.unlink()
     staged.ledger_stats.mkdir()
 
-    counted = write_rollout_ledger(staged)
+    counted = write_rollout_ledger(staged, *_stores_of(staged))
 
     assert counted.lines == len(staged.ledger.read_bytes().splitlines())
     with pytest.raises(StageMismatchError, match="cannot be read.*re-materialize rollout_ledger"):
@@ -189,7 +235,7 @@ def _rebuild(demo: DemoLayout, outputs: RoundOutputs, opencode_db: Path, claude:
     write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=1)
     write_worker_sessions(outputs, opencode_db, CAPTURED_AT, workers=1)
     write_proposer_transcripts(outputs, claude, CAPTURED_AT)
-    write_rollout_ledger(outputs)
+    write_rollout_ledger(outputs, opencode_db, claude)
 
 
 def _full_lines(outputs: RoundOutputs, role: str) -> list[dict]:
@@ -262,6 +308,7 @@ def test_later_stages_refuse_a_manifest_lacking_a_key_this_version_needs(
         for rollout in generation["rollouts"]:
             del rollout["outcome"]["judgedCount"]
     staged.manifest.write_text(json.dumps(stored))
+    _record_as_written(staged, "round_manifest")
     proposers = staged.proposer_transcripts.read_bytes()
 
     with pytest.raises(StageMismatchError, match="lacks 'judgedCount'.*re-materialize round_manifest"):
@@ -295,17 +342,22 @@ def test_cells_stage_refuses_a_round_whose_cells_changed_since_the_manifest(tmp_
     baseline = out_dir / "improve-run" / "baseline"
     first_cell = min(path for path in baseline.iterdir() if (path / "cached-result.json").is_file())
 
-    # A cell that appeared: the listing no longer matches the stored manifest.
+    # A cell that appeared since the manifest stage: its record no longer matches the round.
     shutil.copytree(first_cell, baseline / "zz-new-cell")
+    with pytest.raises(RoundChangedError, match="changed since its round_manifest was materialized"):
+        write_campaign_cells(out_dir, outputs, CAPTURED_AT)
+    # ... or while the stage runs, after its check: the listing no longer matches the manifest.
+    _record_as_written(outputs, "round_manifest")
     with pytest.raises(RoundChangedError, match="1 cell\\(s\\) added"):
         write_campaign_cells(out_dir, outputs, CAPTURED_AT)
     shutil.rmtree(baseline / "zz-new-cell")
 
-    # A cell whose file now holds another cell: refused when its line is built.
+    # A cell whose file now holds another cell, during the stage: refused when its line is built.
     cache = first_cell / "cached-result.json"
     record = json.loads(cache.read_text())
     record["scenarioId"] = "someone-else__1"
     cache.write_text(json.dumps(record))
+    _record_as_written(outputs, "round_manifest")
     with pytest.raises(RoundInputError, match="changed while the round was being read"):
         write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=1)
     assert not outputs.campaign_cells.exists()

@@ -319,7 +319,7 @@ def rollout_ledger(
     key = context.partition_key
     try:
         outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
-        stats = write_rollout_ledger(outputs)
+        stats = write_rollout_ledger(outputs, opencode.db_path, claude.path)
     except TranscriptLossError as error:
         # The description names three; the failure's metadata lists them (the first 200).
         raise _fail(
