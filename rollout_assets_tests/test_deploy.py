@@ -176,3 +176,13 @@ def test_sensor_ticks_that_request_nothing_are_kept_one_day(deployment: str) -> 
 def test_the_local_instance_applies_the_sensor_tick_retention(tmp_path: Path) -> None:
     instance = _instance_from(DEPLOY / "local" / "dagster.yaml", tmp_path / "home")
     assert instance.get_tick_retention_settings(InstigatorType.SENSOR)[TickStatus.SKIPPED] == 1
+
+
+def test_a_run_whose_process_died_does_not_hold_its_round_for_ever(tmp_path: Path) -> None:
+    """The default launcher cannot see a killed run's process: only a maximum runtime fails it,
+    freeing the per-round limit for the round's later runs."""
+    instance = _instance_from(DEPLOY / "local" / "dagster.yaml", tmp_path / "home")
+    assert instance.run_monitoring_enabled
+    assert instance.run_monitoring_max_runtime_seconds == 6 * 3600
+    postgres = yaml.safe_load((DEPLOY / "postgres" / "dagster.yaml").read_text())
+    assert postgres["run_monitoring"]["max_runtime_seconds"] == 6 * 3600
