@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -864,6 +865,9 @@ class LedgerRecount:
     gap_lines: int = 0
     reward_labeled: int = 0
     gap_kinds: Counter[str] = field(default_factory=Counter)  # gap lines by the kind of their gap
+    # role -> [lines with a reward (or a cost), their exact sum]
+    rewards_by_role: dict[str, list[Any]] = field(default_factory=dict)
+    costs_by_role: dict[str, list[Any]] = field(default_factory=dict)
     # audit name -> the first line it could not read (that audit then proves nothing)
     unreadable: dict[str, MalformedLedgerLine] = field(default_factory=dict)
     # integrity: every line checked against the schema
@@ -944,7 +948,14 @@ class LedgerRecount:
             self.full_transcripts += 1
         else:
             self.gap_lines += 1
-        self.reward_labeled += line.get("outcome", "reward") is not None
+        reward = line.get("outcome", "reward")
+        self.reward_labeled += reward is not None
+        role = line.get("role")
+        for value, sums in ((reward, self.rewards_by_role), (line.get("cost", "usd"), self.costs_by_role)):
+            if _is_number(value):
+                count_and_sum = sums.setdefault(role, [0, Fraction(0)])
+                count_and_sum[0] += 1
+                count_and_sum[1] += Fraction(value)
         provenance = line.get("provenance")
         gap = provenance.get("gap") if isinstance(provenance, dict) else None
         if isinstance(gap, str):
@@ -1042,6 +1053,11 @@ class LedgerRecount:
         self.gap_lines += later.gap_lines
         self.reward_labeled += later.reward_labeled
         self.gap_kinds.update(later.gap_kinds)
+        for mine, theirs in ((self.rewards_by_role, later.rewards_by_role), (self.costs_by_role, later.costs_by_role)):
+            for role, (count, total) in theirs.items():
+                count_and_sum = mine.setdefault(role, [0, Fraction(0)])
+                count_and_sum[0] += count
+                count_and_sum[1] += total
         for audit, error in later.unreadable.items():
             self.unreadable.setdefault(audit, error)
         self.invalid_lines += later.invalid_lines
@@ -1321,6 +1337,41 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
     )
 
 
+def _as_double(value: Fraction) -> float | None:
+    try:
+        return float(value)
+    except OverflowError:  # a sum no double holds: the stats write null
+        return None
+
+
+def _sums_problems(
+    key: str, stated: Any, recounted: dict[str, list[Any]], count_key: str, value_key: str, *, mean: bool
+) -> list[str]:
+    """Per role, the stats' count and sum (or mean) of rewards or costs against the ledger's.
+    Stated values are rounded (means to 12 decimals, costs to 6): compared within that."""
+    expected = {}
+    for role, (count, total) in recounted.items():
+        value = _as_double(total / count if mean else total)
+        expected[role] = (count, value)
+    seen = {}
+    for role, entry in (stated or {}).items() if isinstance(stated, dict) else ():
+        seen[role] = (entry.get(count_key), entry.get(value_key)) if isinstance(entry, dict) else (None, None)
+    problems = []
+    for role in sorted(set(expected) | set(seen), key=str):
+        (count, value), (stated_count, stated_value) = expected.get(role, (0, None)), seen.get(role, (0, None))
+        close = (
+            value is None and stated_value is None
+            or _is_number(value) and _is_number(stated_value)
+            and math.isclose(value, stated_value, rel_tol=1e-9, abs_tol=1e-6 if not mean else 1e-11)
+        )
+        if count != stated_count or not close:
+            problems.append(
+                f"{key}.{role}: stats say {count_key} {stated_count}, {value_key} {stated_value}; "
+                f"ledger holds {count}, {value}"
+            )
+    return problems
+
+
 def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
     """The stored counters reconcile with the ledger and with each other."""
     stats = json.loads(stats_path.read_bytes())
@@ -1342,6 +1393,12 @@ def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
     by_gap = dict(sorted(ledger.gap_kinds.items()))
     if stats.get("byGapReason") != by_gap:
         problems.append(f"byGapReason: stats say {stats.get('byGapReason')}, ledger holds {by_gap}")
+    problems += _sums_problems(
+        "rewardByRole", stats.get("rewardByRole"), ledger.rewards_by_role, "labeled", "mean", mean=True
+    )
+    problems += _sums_problems(
+        "costUsdByRole", stats.get("costUsdByRole"), ledger.costs_by_role, "linesWithCost", "usd", mean=False
+    )
     if sum((stats.get("byRole") or {}).values()) != stats.get("lines"):
         problems.append("stats: Σ byRole != lines")
     if stats.get("fullTranscripts", 0) + stats.get("gapLines", 0) != stats.get("lines"):

@@ -463,6 +463,41 @@ def test_stats_check_fails_when_a_gap_reason_count_is_wrong(
     assert "'no_opencode_session': 1" in outcome.sample[0].split("ledger holds")[1]
 
 
+@pytest.mark.parametrize("edit", ["a mean reward", "a labeled count", "a cost", "a role without costs"])
+def test_stats_check_fails_when_a_rewards_or_costs_figure_is_wrong(
+    tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]], edit: str
+) -> None:
+    """Stats counted from another worker file than the ledger's (a stage killed between its two
+    files) keep every count right and get the means wrong."""
+    stats = json.loads(json.dumps(backfill[1]))
+    if edit == "a mean reward":
+        stats["rewardByRole"]["worker"]["mean"] += 0.035
+    elif edit == "a labeled count":
+        stats["rewardByRole"]["supervisor"]["labeled"] -= 1
+    elif edit == "a cost":
+        stats["costUsdByRole"]["proposer"]["usd"] += 0.01
+    else:
+        del stats["costUsdByRole"]["proposer"]
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+
+    assert (outcome.passed, outcome.missing) == (False, 1)
+    key = "rewardByRole" if edit in ("a mean reward", "a labeled count") else "costUsdByRole"
+    assert outcome.sample[0].startswith(f"{key}.")
+
+
+def test_stats_check_accepts_the_backfills_rounded_means_and_costs(
+    tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
+) -> None:
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(backfill[1]), encoding="utf-8")
+    assert backfill[1]["rewardByRole"] and backfill[1]["costUsdByRole"]
+
+    assert audit.audit_stats(_ledger(tmp_path, lines), stats_path).passed
+
+
 def test_stats_check_classifies_the_ledgers_gaps_by_their_wording(
     tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
 ) -> None:

@@ -160,7 +160,8 @@ def stats_reconcile_with_ledger(
     context: AssetCheckExecutionContext, ledger_root: LedgerRoot
 ) -> AssetCheckResult:
     """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward;
-    gap lines by reason = the ledger's gaps by their wording."""
+    gap lines by reason = the ledger's gaps by their wording; per role, rewards labeled and their
+    mean, lines with a cost and their sum, as the ledger holds them."""
     key = context.partition_key
     outputs = ledger_root.outputs(key)
     return _result(audit.stats_verdict(_RECOUNTS.ledger(context, outputs.ledger), outputs.stats), key)
