@@ -89,6 +89,13 @@ def _no_transcript_gap(worktree: str) -> str:
     return f"no claude transcript matched worktree {worktree} in the shot's time window"
 
 
+def _unreadable_transcripts_gap(worktree: str, path: str, why: str) -> str:
+    return f"claude transcripts of worktree {worktree} cannot be read ({path}: {why})"
+
+
+_UNREADABLE_TRANSCRIPTS_GAP = re.compile(
+    r"claude transcripts of worktree (.*) cannot be read \((.*): ([^:]*)\)\Z", re.DOTALL
+)
 _EMPTY_TRANSCRIPT_GAP = re.compile(
     r"claude transcript (.*) matched the shot's time window but holds no conversation messages\Z", re.DOTALL
 )
@@ -106,6 +113,7 @@ _GAP_KINDS = (
         re.compile(r"no claude transcript matched worktree .* in the shot's time window\Z", re.DOTALL),
     ),
     ("claude_transcript_empty", _EMPTY_TRANSCRIPT_GAP),
+    ("claude_transcripts_unreadable", _UNREADABLE_TRANSCRIPTS_GAP),
 )
 _SUPERVISOR_GAP_KINDS = {
     _SUPERVISOR_GAP: "supervisor_transcript_not_persisted",
@@ -676,7 +684,8 @@ def _run_id(out_dir: Path) -> str:
     return run_id if isinstance(run_id, str) and run_id else os.path.abspath(out_dir)
 
 
-# What a line's gap may be, beside an exact gap (a supervisor's), as `ExpectedLine.gap`:
+# What a line's gap may be, beside an exact gap (a supervisor's, or a shot's whose transcript folder
+# cannot be listed), as `ExpectedLine.gap`:
 _STORE_UNAVAILABLE = 1  # a worker cwd, the store unreadable: its "store unavailable" gap
 _NO_SESSION = 2  # a worker cwd without a session in a readable store: its "no session" gap
 _SESSION = 3  # a session: its transcript, or its "no readable message parts" gap (parts are not read here)
@@ -688,6 +697,8 @@ class _ProposerWorktree(NamedTuple):
     receipt: _Receipt
     worktree: str  # the shot's worktree path, as its gap names it (inputs.md §3)
     transcripts: tuple[str, ...] | None  # its candidate transcript files; None when not looked up
+    # (folder, why) of the first of its project folders that is there but cannot be listed
+    unreadable_folder: tuple[str, str] | None = None
 
 
 def _claude_folder_name(cwd: str) -> str:
@@ -711,27 +722,33 @@ def _proposer_worktrees(
     for receipt in sorted(receipts, key=lambda receipt: receipt.relative_path):
         worktree = os.path.join(absolute, "proposer-wt", receipt.key[0])
         transcripts: tuple[str, ...] | None = None
+        unreadable_folder = None
         if projects is not None:
             folders = dict.fromkeys(
                 os.path.join(projects, _claude_folder_name(os.path.join(base, "proposer-wt", receipt.key[0])))
                 for base in (absolute, real)
             )
-            transcripts = tuple(
-                os.path.join(folder, name)
-                for folder in folders
-                for name in _listdir_or_nothing(folder)
-                if name.endswith(".jsonl")
-            )
-        found.append(_ProposerWorktree(receipt, worktree, transcripts))
+            names = []
+            for folder in folders:
+                listed, why = _transcript_folder(folder)
+                names += [os.path.join(folder, name) for name in listed if name.endswith(".jsonl")]
+                if why is not None and unreadable_folder is None:
+                    unreadable_folder = (folder, why)
+            transcripts = tuple(names)
+        found.append(_ProposerWorktree(receipt, worktree, transcripts, unreadable_folder))
     return found
 
 
-def _listdir_or_nothing(folder: str) -> list[str]:
-    """A transcript folder that cannot be listed holds no transcript for the join either."""
+def _transcript_folder(folder: str) -> tuple[list[str], str | None]:
+    """(the folder's names, why it cannot be listed): a folder that is not there (or is a file)
+    holds no transcript; one that is there but cannot be listed (permission, a symlink loop)
+    leaves its shots unjoinable, with a gap saying why."""
     try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
+        return sorted(os.listdir(folder)), None
+    except (FileNotFoundError, NotADirectoryError):
+        return [], None
+    except OSError as error:
+        return [], error.strerror or str(error)
 
 
 def _expected_lines(
@@ -770,11 +787,13 @@ def _expected_lines(
                     )
                 )
     fractions = _resolved_fractions(cells)
-    for receipt, worktree, transcripts in worktrees:
+    for receipt, worktree, transcripts, unreadable_folder in worktrees:
         proposer = _rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
         coordinates = (receipt.candidate_id, *_generation_and_index(receipt.candidate_id), *receipt.key)
         parts = ("proposer", receipt.relative_path, worktree, transcripts)
-        gap = _NO_TRANSCRIPT if transcripts == () else _TRANSCRIPT
+        gap: Any = _NO_TRANSCRIPT if transcripts == () else _TRANSCRIPT
+        if unreadable_folder is not None:
+            gap = _unreadable_transcripts_gap(worktree, *unreadable_folder)
         lines.append(
             ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, parts, None, gap)
         )
@@ -806,9 +825,20 @@ def _gap_problem(seen: SeenLine, expected: ExpectedLine) -> str | None:
             allowed = [
                 _no_transcript_gap(names[1]),
                 "claude transcript <one of its worktree's transcript files> ...",
+                "claude transcripts of worktree ... cannot be read (<one of its transcript files>: ...)",
             ]
             empty = _EMPTY_TRANSCRIPT_GAP.match(seen.gap or "")
-            if seen.gap == allowed[0] or (empty is not None and (names[2] is None or empty[1] in names[2])):
+            # Files are not opened here: any of them may be the one that could not be read.
+            unreadable = _UNREADABLE_TRANSCRIPTS_GAP.match(seen.gap or "")
+            if (
+                seen.gap == allowed[0]
+                or (empty is not None and (names[2] is None or empty[1] in names[2]))
+                or (
+                    unreadable is not None
+                    and unreadable[1] == names[1]
+                    and (names[2] is None or unreadable[2] in names[2])
+                )
+            ):
                 return None
         return f"gap {seen.gap!r}, but the inputs allow {expected.what} only its transcript or {allowed!r}"
     if seen.has_messages:

@@ -17,6 +17,7 @@ assets on a real (temporary) instance.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -711,7 +712,27 @@ def test_a_round_folder_the_backfill_cannot_look_into_stops_it_naming_the_folder
     assert rnd.ledger.read_bytes() == OLD_LEDGER
 
 
-def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Path) -> None:
+def assert_only_proposer_became_unreadable_gap(
+    rnd: Round, after: list[dict[str, Any]], proposer: dict[str, Any], path: Path, why: str
+) -> dict[str, Any]:
+    """Only `proposer` changed: a gap naming `path` and `why`, not "no transcript matched" (its
+    transcript may be the very file that could not be read), counted as a shot missed."""
+    changed = changed_lines(rnd.before, after)
+    assert set(changed) == {proposer["rollout_id"]}
+    old, new = changed[proposer["rollout_id"]]
+    assert old["messages"] != [] and new["messages"] == []
+    worktree = new["artifacts"]["run_dir"]
+    assert new["provenance"]["gap"] == gaps.claude_transcripts_unreadable(worktree, str(path), why)
+    assert new["provenance"]["gap"] == f"claude transcripts of worktree {worktree} cannot be read ({path}: {why})"
+    assert gaps.gap_kind(new["provenance"]["gap"]) == gaps.KIND_CLAUDE_TRANSCRIPTS_UNREADABLE
+    # Nothing was joined: no transcript's usage counted, the receipt is the reference.
+    assert new["cost"]["tokens_in"] is None
+    assert new["artifacts"]["transcript_ref"] != old["artifacts"]["transcript_ref"]
+    assert new["artifacts"]["transcript_ref"].endswith(".json")
+    return new
+
+
+def test_unreadable_transcript_folder_gives_a_gap_naming_the_folder(world_readable_tmp: Path) -> None:
     rnd = make_round(world_readable_tmp)
     proposer = rnd.proposer_of("gen0-cand0")
     folder = rnd.transcript_of(proposer).parent
@@ -720,15 +741,63 @@ def test_unreadable_transcript_folder_gives_a_labeled_gap(world_readable_tmp: Pa
     result = backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl")
 
     after = backfilled(result, rnd)
-
-    changed = changed_lines(rnd.before, after)
     # The other proposer's transcript (a readable folder) was joined as before, as nobody:
     # so the gap is the folder's permission, not a user who can read nothing.
-    assert set(changed) == {proposer["rollout_id"]}
-    old, new = changed[proposer["rollout_id"]]
-    assert new["messages"] == []
-    assert new["provenance"]["gap"] == gaps.no_claude_transcript(new["artifacts"]["run_dir"])
-    assert old["messages"] != []
+    assert_only_proposer_became_unreadable_gap(rnd, after, proposer, folder, "Permission denied")
+    stats = json.loads(result.stdout.rsplit("\nrollout ledger → ", 1)[0])
+    assert stats["proposerShotsMissed"] == 1 and stats["proposerShotsJoined"] == SHOTS - 1
+    assert stats["byGapReason"]["claude_transcripts_unreadable"] == 1
+
+
+def test_unreadable_transcript_file_leaves_its_shot_unjoined_naming_the_file(world_readable_tmp: Path) -> None:
+    # Another file of the folder may match the window, but the unread one may be the closer match.
+    rnd = make_round(world_readable_tmp)
+    proposer = rnd.proposer_of("gen0-cand0")
+    transcript = rnd.transcript_of(proposer)
+    shutil.copy(transcript, transcript.with_name("0-also-in-the-window.jsonl"))
+    transcript.chmod(0o000)
+
+    result = backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl")
+
+    after = backfilled(result, rnd)
+    assert_only_proposer_became_unreadable_gap(rnd, after, proposer, transcript, "Permission denied")
+
+
+def test_transcript_folder_that_is_a_symlink_loop_gives_a_gap_the_checks_expect(rnd: Round) -> None:
+    proposer = rnd.proposer_of("gen0-cand0")
+    folder = rnd.transcript_of(proposer).parent
+    shutil.rmtree(folder)
+    folder.symlink_to(folder.name)  # there, but ELOOP on every listing
+
+    after = backfilled(cli_backfill(rnd), rnd)
+
+    new = assert_only_proposer_became_unreadable_gap(
+        rnd, after, proposer, folder, os.strerror(errno.ELOOP)
+    )
+    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    # The checks expect that gap and no other: "no transcript matched" would hide the cause.
+    line = next(line for line in after if line["rollout_id"] == new["rollout_id"])
+    line["provenance"]["gap"] = gaps.no_claude_transcript(new["artifacts"]["run_dir"])
+    rnd.ledger.write_text("".join(json.dumps(line) + "\n" for line in after), encoding="utf-8")
+    verdict = audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude)
+    assert not verdict.passed
+    assert any("cannot be read" in sample for sample in verdict.sample), verdict.sample
+
+
+def test_transcript_file_that_is_a_symlink_loop_is_a_gap_the_checks_accept(rnd: Round) -> None:
+    proposer = rnd.proposer_of("gen0-cand0")
+    loop = rnd.transcript_of(proposer).with_name("0-loop.jsonl")
+    loop.symlink_to(loop.name)
+
+    after = backfilled(cli_backfill(rnd), rnd)
+
+    new = assert_only_proposer_became_unreadable_gap(rnd, after, proposer, loop, os.strerror(errno.ELOOP))
+    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    # A file the round's Claude folder does not hold is no excuse for the gap.
+    line = next(line for line in after if line["rollout_id"] == new["rollout_id"])
+    line["provenance"]["gap"] = new["provenance"]["gap"].replace("0-loop.jsonl", "elsewhere.jsonl")
+    rnd.ledger.write_text("".join(json.dumps(line) + "\n" for line in after), encoding="utf-8")
+    assert not audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
 
 
 def test_symlink_loops_in_a_campaign_dir_and_in_proposer_shots_change_nothing(rnd: Round) -> None:

@@ -1,11 +1,13 @@
 """The Claude Code transcript reader on real project folders and JSONL transcript files."""
 
+import os
 from pathlib import Path
 from typing import Any
 
 from rollout_assets.sources.claude import (
     ClaudeTranscript,
     ClaudeUsage,
+    TranscriptFiles,
     claude_project_slug,
     read_transcript,
     transcript_files,
@@ -64,13 +66,37 @@ def test_transcript_files_are_the_jsonl_files_in_sorted_name_order(tmp_path: Pat
     for name in ["b.jsonl", "A.jsonl", "a.jsonl", "notes.txt", "c.jsonl.bak", "d.JSONL"]:
         (folder / name).write_text("")
 
-    files = transcript_files(["/r/proposer-wt/gen0-cand0"], projects)
+    found = transcript_files(["/r/proposer-wt/gen0-cand0"], projects)
 
-    assert files == [folder / "A.jsonl", folder / "a.jsonl", folder / "b.jsonl"]
+    assert found.files == [folder / "A.jsonl", folder / "a.jsonl", folder / "b.jsonl"]
+    assert found.unreadable_folder is None
 
 
 def test_a_missing_project_folder_has_no_transcript_files(tmp_path: Path) -> None:
-    assert transcript_files(["/r/proposer-wt/gen0-cand0"], tmp_path / "projects") == []
+    found = transcript_files(["/r/proposer-wt/gen0-cand0"], tmp_path / "projects")
+
+    assert (found.files, found.unreadable_folder) == ([], None)
+
+
+def test_a_project_folder_that_is_a_file_has_no_transcript_files(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    projects.mkdir()
+    (projects / claude_project_slug("/r/wt")).write_text("")
+
+    assert transcript_files(["/r/wt"], projects) == TranscriptFiles(files=[])
+
+
+def test_a_project_folder_there_but_unlistable_is_reported_not_taken_for_empty(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    readable = project(projects, "/real/wt")
+    (readable / "a.jsonl").write_text("")
+    loop = projects / claude_project_slug("/link/wt")
+    loop.symlink_to(loop.name)
+
+    found = transcript_files(["/link/wt", "/real/wt"], projects)
+
+    assert found.files == [readable / "a.jsonl"]
+    assert found.unreadable_folder == (str(loop), "Too many levels of symbolic links")
 
 
 def test_two_cwd_spellings_of_one_folder_list_its_files_once(tmp_path: Path) -> None:
@@ -78,7 +104,7 @@ def test_two_cwd_spellings_of_one_folder_list_its_files_once(tmp_path: Path) -> 
     folder = project(projects, "/r/a_b")
     (folder / "s1.jsonl").write_text("")
 
-    assert transcript_files(["/r/a_b", "/r/a.b"], projects) == [folder / "s1.jsonl"]
+    assert transcript_files(["/r/a_b", "/r/a.b"], projects).files == [folder / "s1.jsonl"]
 
 
 def test_two_cwd_spellings_of_two_folders_list_both_in_cwd_order(tmp_path: Path) -> None:
@@ -87,7 +113,7 @@ def test_two_cwd_spellings_of_two_folders_list_both_in_cwd_order(tmp_path: Path)
     (by_link / "z.jsonl").write_text("")
     (by_real / "a.jsonl").write_text("")
 
-    assert transcript_files(["/link/wt", "/real/wt"], projects) == [by_link / "z.jsonl", by_real / "a.jsonl"]
+    assert transcript_files(["/link/wt", "/real/wt"], projects).files == [by_link / "z.jsonl", by_real / "a.jsonl"]
 
 
 # ---------------------------------------------------------------------------
@@ -488,10 +514,25 @@ def test_a_cut_off_last_line_is_skipped(tmp_path: Path) -> None:
     assert (transcript.messages, transcript.ended_at) == ([{"role": "user", "content": "complete"}], T0)
 
 
-def test_an_unreadable_file_reads_as_an_empty_transcript(tmp_path: Path) -> None:
+def test_a_missing_file_reads_as_an_empty_transcript(tmp_path: Path) -> None:
     transcript = read_transcript(tmp_path / "missing.jsonl")
 
     assert (transcript.messages, transcript.main_thread_lines, transcript.usage) == ([], 0, ClaudeUsage())
+    assert transcript.unreadable is None
+
+
+def test_a_file_there_but_unreadable_is_an_empty_transcript_saying_why(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop.name)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+
+    transcript = read_transcript(loop)
+
+    assert (transcript.messages, transcript.main_thread_lines) == ([], 0)
+    assert transcript.unreadable == "Too many levels of symbolic links"
+    # A FIFO is no transcript file at all (and is never waited on).
+    assert read_transcript(fifo).unreadable is None
 
 
 def test_slug_turns_a_character_outside_the_bmp_into_two_dashes():

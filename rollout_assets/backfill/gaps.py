@@ -20,6 +20,7 @@ KIND_NO_OPENCODE_SESSION = "no_opencode_session"
 KIND_OPENCODE_SESSION_EMPTY = "opencode_session_empty"
 KIND_NO_CLAUDE_TRANSCRIPT = "no_claude_transcript"
 KIND_CLAUDE_TRANSCRIPT_EMPTY = "claude_transcript_empty"
+KIND_CLAUDE_TRANSCRIPTS_UNREADABLE = "claude_transcripts_unreadable"
 KIND_OTHER = "other"
 
 GAP_KINDS = (
@@ -30,6 +31,7 @@ GAP_KINDS = (
     KIND_OPENCODE_SESSION_EMPTY,
     KIND_NO_CLAUDE_TRANSCRIPT,
     KIND_CLAUDE_TRANSCRIPT_EMPTY,
+    KIND_CLAUDE_TRANSCRIPTS_UNREADABLE,
     KIND_OTHER,
 )
 
@@ -64,6 +66,12 @@ def claude_transcript_empty(transcript_path: str) -> str:
     return f"claude transcript {transcript_path} matched the shot's time window but holds no conversation messages"
 
 
+def claude_transcripts_unreadable(worktree_cwd: str, path: str, why: str) -> str:
+    # Not "no transcript matched": the one that would have may be the file or folder that
+    # could not be read, so the shot is left unjoined rather than joined to another.
+    return f"claude transcripts of worktree {worktree_cwd} cannot be read ({path}: {why})"
+
+
 # The supervisor gaps of a cell whose workers cannot be listed, built once (gap_kind runs per line).
 _WORKER_LIST_GAPS = frozenset(
     SUPERVISOR_NOT_PERSISTED + suffix for suffix in (WORKER_LIST_MISSING_SUFFIX, WORKERS_UNLISTED_SUFFIX)
@@ -86,4 +94,6 @@ def gap_kind(gap: str) -> str:
         return KIND_NO_CLAUDE_TRANSCRIPT
     if gap.startswith("claude transcript ") and gap.endswith(" but holds no conversation messages"):
         return KIND_CLAUDE_TRANSCRIPT_EMPTY
+    if gap.startswith("claude transcripts of worktree ") and gap.endswith(")") and " cannot be read (" in gap:
+        return KIND_CLAUDE_TRANSCRIPTS_UNREADABLE
     return KIND_OTHER

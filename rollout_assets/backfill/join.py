@@ -118,8 +118,11 @@ def proposer_lines(
     for shot in list_shot_receipts(manifest.out_dir):
         receipt = read_shot_receipt(shot)
         entry = manifest.entry_for(shot.generation, shot.candidate_index)
-        transcript = choose_transcript(transcripts.candidates(manifest.out_dir, shot), receipt)
-        yield proposer_line(context, str(manifest.out_dir), shot, receipt, entry, transcript)
+        candidates = transcripts.candidates(manifest.out_dir, shot)
+        unreadable = transcripts.unreadable
+        # With a candidate unread, the window cannot be judged: the shot is a gap saying so.
+        transcript = None if unreadable is not None else choose_transcript(candidates, receipt)
+        yield proposer_line(context, str(manifest.out_dir), shot, receipt, entry, transcript, unreadable)
 
 
 def line_context(manifest: RoundManifest, captured_at: str | None = None) -> LineContext:
@@ -191,6 +194,9 @@ class _WorktreeTranscripts:
         self.projects_dir = projects_dir
         self._worktree: str | None = None
         self._transcripts: list[ClaudeTranscript] = []
+        # (path, why) of the first project folder or transcript file of the current worktree
+        # that is there but could not be read; None when every one was read.
+        self.unreadable: tuple[str, str] | None = None
 
     def candidates(self, out_dir: Path, shot: ShotReceiptFile) -> list[ClaudeTranscript]:
         worktree = shot.worktree_cwd(out_dir)
@@ -198,8 +204,11 @@ class _WorktreeTranscripts:
             # The worktree path is built from the outDir; a moved or symlinked outDir
             # may have been recorded by Claude Code under its real path instead.
             real_worktree = shot.worktree_cwd(Path(os.path.realpath(out_dir)))
-            files = transcript_files([worktree, real_worktree], self.projects_dir)
-            self._transcripts = [read_transcript(path) for path in files]
+            found = transcript_files([worktree, real_worktree], self.projects_dir)
+            self._transcripts = [read_transcript(path) for path in found.files]
+            self.unreadable = found.unreadable_folder or next(
+                ((str(t.path), t.unreadable) for t in self._transcripts if t.unreadable is not None), None
+            )
             self._worktree = worktree
         # A file without any main-thread conversation line (a sidechain-only agent file)
         # is not a proposer session: it counts neither for the window nor for "the only one".

@@ -330,8 +330,11 @@ def proposer_line(
     receipt: dict[str, Any] | None,
     entry: CampaignEntry | None,
     transcript: ClaudeTranscript | None,
+    unreadable: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One proposer shot, joined to its Claude transcript when one matched the time window."""
+    """One proposer shot, joined to its Claude transcript when one matched the time window;
+    `unreadable` is the (path, why) of a transcript file or folder of its worktree that is there
+    but could not be read, which leaves the shot unjoined."""
     receipt_or_empty = receipt or {}
     worktree_cwd = shot.worktree_cwd(out_dir)
     shot_candidate = candidate_id(shot.generation, shot.candidate_index)
@@ -341,8 +344,10 @@ def proposer_line(
     reward = None
     if entry is not None and ctx.instance_count > 0 and entry.judged_count > 0:
         reward = _js_number(entry.resolved_count / ctx.instance_count)
-    if transcript is None:
-        gap: str | None = gaps.no_claude_transcript(worktree_cwd)
+    if unreadable is not None:
+        gap: str | None = gaps.claude_transcripts_unreadable(worktree_cwd, *unreadable)
+    elif transcript is None:
+        gap = gaps.no_claude_transcript(worktree_cwd)
     elif not transcript.messages:
         gap = gaps.claude_transcript_empty(str(transcript.path))
     else:

@@ -125,7 +125,7 @@ class BackfillStats:
             else:
                 self.worker_sessions_empty += 1
         elif role == "proposer":
-            if kind == gaps.KIND_NO_CLAUDE_TRANSCRIPT:
+            if kind in (gaps.KIND_NO_CLAUDE_TRANSCRIPT, gaps.KIND_CLAUDE_TRANSCRIPTS_UNREADABLE):
                 self.proposer_shots_missed += 1
             else:
                 self.proposer_shots_joined += 1

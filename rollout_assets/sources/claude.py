@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_assets.sources.jsonfiles import (
+    NotARegularFile,
     NotJson,
     is_number,
     is_record,
@@ -41,13 +42,32 @@ def claude_project_slug(cwd: str) -> str:
     return _SLUG_UNSAFE.sub(lambda match: "-" * (2 if ord(match[0]) > 0xFFFF else 1), cwd)
 
 
-def transcript_files(cwd_variants: list[str], projects_dir: str | os.PathLike[str]) -> list[Path]:
+def cannot_read_reason(error: OSError) -> str | None:
+    """Why an existing transcript file or folder cannot be read (permission denied, a symlink
+    loop, an I/O error), or None when `error` says it is not there (or is no file: a FIFO or a
+    folder named `*.jsonl` is no transcript). Only the first is evidence the join cannot judge."""
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, NotARegularFile)):
+        return None
+    return error.strerror or str(error)
+
+
+@dataclass
+class TranscriptFiles:
+    """The candidate transcript files of a worktree, and the first of its project folders that
+    is there but cannot be listed, as (folder, why)."""
+
+    files: list[Path]
+    unreadable_folder: tuple[str, str] | None = None
+
+
+def transcript_files(cwd_variants: list[str], projects_dir: str | os.PathLike[str]) -> TranscriptFiles:
     """Every `.jsonl` file of the project folders of `cwd_variants`, each folder in sorted name order.
 
     Several spellings of one cwd (its absolute path and its real path) can map to
-    different folders; a folder reached twice is listed once.
+    different folders; a folder reached twice is listed once. A missing folder holds no
+    transcript; one that is there but cannot be listed is reported, not taken for empty.
     """
-    files: list[Path] = []
+    found = TranscriptFiles(files=[])
     seen_folders: set[str] = set()
     for cwd in cwd_variants:
         folder = Path(projects_dir) / claude_project_slug(cwd)
@@ -56,10 +76,13 @@ def transcript_files(cwd_variants: list[str], projects_dir: str | os.PathLike[st
         seen_folders.add(str(folder))
         try:
             names = sorted(name for name in os.listdir(folder) if name.endswith(".jsonl"))
-        except OSError:
-            continue  # a missing or unreadable folder holds no transcript
-        files.extend(folder / name for name in names)
-    return files
+        except OSError as error:
+            why = cannot_read_reason(error)
+            if why is not None and found.unreadable_folder is None:
+                found.unreadable_folder = (str(folder), why)
+            continue
+        found.files.extend(folder / name for name in names)
+    return found
 
 
 @dataclass
@@ -98,6 +121,8 @@ class ClaudeTranscript:
     # Main-thread conversation lines read. A file with none (an `agent-*.jsonl` holding
     # only sub-agent lines) is not a proposer session at all.
     main_thread_lines: int = 0
+    # Why the file, which is there, could not be read; None when it was (or is no file).
+    unreadable: str | None = None
 
 
 def unreadable_folder_reason(path: str | os.PathLike[str]) -> str | None:
@@ -114,15 +139,16 @@ def unreadable_folder_reason(path: str | os.PathLike[str]) -> str | None:
 
 
 def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
-    """Parse one transcript file; an unreadable file reads as an empty transcript."""
+    """Parse one transcript file. One that cannot be read is an empty transcript saying why
+    (`unreadable`); one that is gone, or is no file, an empty transcript."""
     transcript = ClaudeTranscript(path=Path(path))
     parser = _TranscriptParser(transcript)
     try:
         with open_regular_file(path) as handle:  # a FIFO or a folder reads as empty, never blocks
             for raw_line in handle:
                 parser.feed(raw_line)
-    except OSError:
-        return ClaudeTranscript(path=Path(path))
+    except OSError as error:
+        return ClaudeTranscript(path=Path(path), unreadable=cannot_read_reason(error))
     return transcript
 
 
