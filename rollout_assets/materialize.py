@@ -11,6 +11,7 @@ not started (the queue, in turn, holds back its runs of a round while one of the
 """
 
 import json
+import logging
 import os
 import sys
 import warnings
@@ -27,8 +28,10 @@ from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.defs.sensors import fingerprint_round, list_round_dirs
 
-# Step-by-step DEBUG events stay in the instance (and the UI); the terminal gets warnings.
-_QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# The runs' events stay in the instance (and the UI). The terminal gets what `_report_round`
+# prints from them: one sentence per failure and the warnings the steps logged, not Dagster's
+# event lines with the framework's stack trace under every failure (150 lines for one bad file).
+_QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 class _PrintLog:
@@ -67,7 +70,60 @@ def _run_round(instance: DagsterInstance, key: str, out_dir: Path) -> Iterator[A
         yield result
 
 
-def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
+def _failure_text(error: Any) -> str:
+    """A failure as the terminal shows it: our own failures (`Failure`, raised with one sentence
+    naming the file and the problem) by that sentence; anything else, being unexpected, with
+    its stack trace."""
+    if error.cls_name == "Failure":
+        return error.message.strip().split(": ", 1)[-1]
+    # Dagster wraps what a step raised; the trace that matters is the step's own.
+    if error.cls_name == "DagsterExecutionStepExecutionError" and error.cause is not None:
+        error = error.cause
+    return error.to_string().strip()
+
+
+def _print_failures_and_warnings(instance: DagsterInstance, run_id: str) -> None:
+    """Print, in order, why each step of the run failed, why the run failed when no step did,
+    and the warnings the steps logged."""
+    step_failed = False
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None:
+            # Warnings are the steps' own (context.log.warning). The engine's messages of this
+            # kind are errors: "Dependencies for step … failed. Not executing.", one per step
+            # after a failure, which the failure above already explains.
+            if entry.level == logging.WARNING:
+                print(f"  warning from {entry.step_key or 'the run'}: {entry.user_message}")
+        elif event.is_step_failure:
+            step_failed = True
+            error = event.event_specific_data.error
+            # A blocking check that failed fails its step too; its `check … FAILED` line says why.
+            if error.cls_name != "DagsterAssetCheckFailedError":
+                print(f"  step {event.step_key} failed: {_failure_text(error)}")
+        elif event.is_run_failure and not step_failed:
+            # A run that failed outside any step (a resource, the executor): its own reason.
+            error = event.event_specific_data.error if event.event_specific_data else None
+            print(f"  run failed: {_failure_text(error) if error else event.message}")
+
+
+_SAMPLES_SHOWN = 3
+
+
+def _check_details(evaluation: Any) -> str:
+    """What a check that did not pass found, from its metadata: its counts and a few of the
+    invocations at fault (the UI shows the whole sample)."""
+    if evaluation.passed:
+        return ""
+    metadata = {name: value.value for name, value in evaluation.metadata.items()}
+    counts = [f"{name} {metadata[name]}" for name in ("expected", "seen", "missing") if name in metadata]
+    counts += [f"{name.replace('_', ' ')} {value}" for name, value in metadata.items() if name.startswith("cells_")]
+    sample = metadata.get("sample") or metadata.get("cells") or []
+    shown = "; ".join(str(item) for item in sample[:_SAMPLES_SHOWN])
+    more = f" and {len(sample) - _SAMPLES_SHOWN} more" if len(sample) > _SAMPLES_SHOWN else ""
+    return f" ({', '.join(counts)}{'; e.g. ' + shown + more if shown else ''})"
+
+
+def _report_round(result: Any, key: str, ledger_root: LedgerRoot, instance: DagsterInstance) -> bool:
     """Print a round's stats, check results and ledger path; True when the run succeeded."""
     outputs = ledger_root.outputs(key)
     print(f"\n=== round {key}: {'succeeded' if result.success else 'FAILED'} (run {result.run_id})")
@@ -82,16 +138,11 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot) -> bool:
         else:
             verdict = "FAILED"
             checks_failed = True
-        print(f"  check {evaluation.check_name}: {verdict}")
-    ledger_written = False
-    for event in result.all_events:
-        if event.is_step_failure:
-            error = event.event_specific_data.error
-            message = error.message.strip()
-            if error.cls_name == "Failure":  # our one-sentence failures: the sentence, not the class
-                message = message.split(": ", 1)[-1]
-            print(f"  step {event.step_key} failed: {message}")
-        ledger_written |= event.is_step_materialization and event.asset_key == rollout_ledger.key
+        print(f"  check {evaluation.check_name}: {verdict}{_check_details(evaluation)}")
+    _print_failures_and_warnings(instance, result.run_id)
+    ledger_written = any(
+        event.is_step_materialization and event.asset_key == rollout_ledger.key for event in result.all_events
+    )
     # The path alone only when the run vouches for the file there.
     if result.success:
         print(f"  ledger: {outputs.ledger}")
@@ -141,7 +192,7 @@ def materialize_rounds(round_keys: list[str]) -> int:
             failed += 1
             continue
         with _run_round(instance, key, found[key]) as result:
-            failed += not _report_round(result, key, ledger_root)
+            failed += not _report_round(result, key, ledger_root, instance)
     if instance.is_ephemeral:
         # The summary covers the instance's rounds. A temporary instance knows only those
         # materialized just now, and the summary file is shared: every round under the rounds
@@ -152,6 +203,7 @@ def materialize_rounds(round_keys: list[str]) -> int:
     )
     summary_path = ledger_root.path / SUMMARY_FILE_NAME
     print(f"\n=== rounds summary: {'written' if summary.success else 'FAILED'} → {summary_path}")
+    _print_failures_and_warnings(instance, summary.run_id)
     if summary.success:
         import pandas as pd
 

@@ -723,3 +723,73 @@ def test_rollout_assets_materialize_names_no_ledger_for_a_round_whose_run_wrote_
     assert f"  step round_manifest failed: {cache}" in section
     assert "  ledger: not written by this run (any earlier ledger of the round stays as it was)\n" in section
     assert str(tmp_path / "ledgers" / SMALL_SPEC.name / "rollout-ledger.jsonl") not in completed.stdout
+
+
+def _materialize_command(tmp_path: Path, round_key: str, *, before: str = "") -> subprocess.CompletedProcess[str]:
+    """`rollout-assets materialize ROUND` in a process of its own on a persistent instance; `before`
+    is Python run first in that process (a fault put into a stage, as a bug would)."""
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    env = _cli_env(_dagster_home(tmp_path / "dagster_home"), layout, tmp_path / "ledgers")
+    program = f"import sys\n{before}\nfrom rollout_assets.cli import main\nsys.exit(main(['materialize', {round_key!r}]))"
+    return subprocess.run(
+        [sys.executable, "-c", program], check=False, cwd=PROJECT_DIR, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+_LOSE_A_WORKER_LINE = """
+import pytest
+from rollout_assets_tests.dagster_rounds import lose_a_worker_line_in_the_ledger_stage
+lose_a_worker_line_in_the_ledger_stage(pytest.MonkeyPatch())
+"""
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_reports_a_failed_blocking_check_in_a_sentence_without_stack_traces(
+    tmp_path: Path,
+) -> None:
+    completed = _materialize_command(tmp_path, SMALL_SPEC.name, before=_LOSE_A_WORKER_LINE)
+
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    section = completed.stdout.split(f"=== round {SMALL_SPEC.name}: ")[1].split("===")[0]
+    # What the check found, from its metadata: its counts and the invocations at fault.
+    assert (
+        "  check every_worker_session_accounted_for: FAILED (expected 4, seen 2, missing 2; e.g. cwd: missing "
+    ) in section
+    assert "; session: missing ses_" in section
+    # Its step failed too, which the check's line already says.
+    assert not [line for line in section.splitlines() if line.startswith("  step ")]
+    assert "(written, but it FAILED a blocking check above: do not use it)" in section
+    # Dagster's console lines and stack traces stay in the instance: only one sentence per failure here.
+    output = completed.stdout + completed.stderr
+    assert "Stack Trace" not in output and "STEP_FAILURE" not in output and "Not executing" not in output
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_prints_the_warnings_of_the_steps(tmp_path: Path) -> None:
+    completed = _materialize_command(
+        tmp_path, SMALL_SPEC.name, before=f"import os; os.environ['OPENCODE_DB'] = {str(tmp_path / 'gone.db')!r}"
+    )
+
+    # Without the store every worker line is a labeled gap line, and the round passes its checks.
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    section = completed.stdout.split(f"=== round {SMALL_SPEC.name}: ")[1].split("===")[0]
+    assert f"  warning from worker_sessions: opencode database {tmp_path / 'gone.db'} does not exist" in section
+
+
+@pytest.mark.slow
+def test_rollout_assets_materialize_shows_the_stack_trace_of_an_unexpected_error(tmp_path: Path) -> None:
+    """A bug is not one of the stages' sentences: its trace is what the next engineer needs."""
+    raise_in_manifest = (
+        "from rollout_assets.defs import assets\n"
+        "def broken(*args, **kwargs):\n"
+        "    raise ZeroDivisionError('the manifest stage broke')\n"
+        "assets.write_manifest = broken"
+    )
+    completed = _materialize_command(tmp_path, SMALL_SPEC.name, before=raise_in_manifest)
+
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    section = completed.stdout.split(f"=== round {SMALL_SPEC.name}: ")[1].split("===")[0]
+    assert "  step round_manifest failed: ZeroDivisionError: the manifest stage broke\n" in section
+    assert "Stack Trace:" in section and "in broken" in section
+    assert "Not executing" not in section
