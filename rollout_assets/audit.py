@@ -741,13 +741,16 @@ def _proposer_worktrees(
 
 def _transcript_folder(folder: str) -> tuple[list[str], str | None]:
     """(the folder's names, why it cannot be listed): a folder that is not there (or is a file)
-    holds no transcript; one that is there but cannot be listed (permission, a symlink loop)
-    leaves its shots unjoinable, with a gap saying why."""
+    holds no transcript, nor does one whose name is too long for any folder to have it; one
+    that is there but cannot be listed (permission, a symlink loop) leaves its shots
+    unjoinable, with a gap saying why."""
     try:
         return sorted(os.listdir(folder)), None
     except (FileNotFoundError, NotADirectoryError):
         return [], None
     except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return [], None
         return [], error.strerror or str(error)
 
 

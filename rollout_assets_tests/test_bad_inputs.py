@@ -784,6 +784,58 @@ def test_transcript_folder_that_is_a_symlink_loop_gives_a_gap_the_checks_expect(
     assert any("cannot be read" in sample for sample in verdict.sample), verdict.sample
 
 
+def test_a_socket_named_like_a_transcript_is_no_transcript(rnd: Round) -> None:
+    # Opening a socket fails ("No such device or address") before its type is seen; it is still
+    # no file, like a FIFO, not an unreadable transcript that would block the whole worktree.
+    import socket
+
+    proposer = rnd.proposer_of("gen0-cand0")
+    folder = rnd.transcript_of(proposer).parent
+    server = socket.socket(socket.AF_UNIX)
+    cwd = os.getcwd()
+    os.chdir(folder)  # bound by a relative name: a socket's path may not exceed 107 bytes
+    try:
+        server.bind("0-socket.jsonl")
+    finally:
+        os.chdir(cwd)
+    try:
+        after = backfilled(cli_backfill(rnd), rnd)
+    finally:
+        server.close()
+
+    assert changed_lines(rnd.before, after) == {}
+    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+
+
+def test_a_folder_named_like_a_transcript_that_cannot_be_entered_is_no_transcript(world_readable_tmp: Path) -> None:
+    rnd = make_round(world_readable_tmp)
+    proposer = rnd.proposer_of("gen0-cand0")
+    rnd.transcript_of(proposer).with_name("0-closed.jsonl").mkdir(mode=0o000)
+
+    # As nobody: opening the folder fails ("Permission denied") before its type is seen.
+    after = backfilled(backfill_as_nobody(rnd, world_readable_tmp / "scratch.jsonl"), rnd)
+
+    assert changed_lines(rnd.before, after) == {}
+
+
+def test_a_project_folder_name_too_long_to_exist_hides_no_transcript(rnd: Round, tmp_path: Path) -> None:
+    """The round is given by a short path, a symlink to where it really is, whose worktree
+    paths are too long to name a project folder (over 255 bytes): that spelling's folder cannot
+    exist, and the transcripts in the folder of the given spelling are joined as before."""
+    real = tmp_path / ("r" * 120) / ("e" * 120) / "round"
+    real.parent.mkdir(parents=True)
+    rnd.out_dir.rename(real)
+    rnd.out_dir.symlink_to(real)
+    proposer = rnd.proposer_of("gen0-cand0")
+    real_worktree = os.path.realpath(proposer["artifacts"]["run_dir"])
+    assert len(claude_project_slug(real_worktree).encode()) > 255
+
+    after = backfilled(cli_backfill(rnd), rnd)
+
+    assert changed_lines(rnd.before, after) == {}
+    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+
+
 def test_transcript_file_that_is_a_symlink_loop_is_a_gap_the_checks_accept(rnd: Round) -> None:
     proposer = rnd.proposer_of("gen0-cand0")
     loop = rnd.transcript_of(proposer).with_name("0-loop.jsonl")
@@ -1517,9 +1569,11 @@ def test_a_claude_projects_folder_the_backfill_cannot_read_is_warned_about(world
     assert [line["messages"] for line in after if line["role"] == "proposer"] == [[]] * SHOTS
 
 
-def test_the_dagster_resource_names_a_claude_projects_folder_it_cannot_read(world_readable_tmp: Path) -> None:
+@pytest.mark.parametrize("mode", [0o000, 0o444], ids=["closed", "listable but not searchable"])
+def test_the_dagster_resource_names_a_claude_projects_folder_it_cannot_read(world_readable_tmp: Path, mode: int) -> None:
+    # Either way no project folder in it can be read: every shot becomes a gap line.
     folder = world_readable_tmp / "claude-projects"
-    folder.mkdir(mode=0o000)
+    folder.mkdir(mode=mode)
     script = (
         "import sys\nfrom rollout_assets.defs.resources import ClaudeProjects\n"
         + DROP_TO_NOBODY

@@ -10,8 +10,10 @@ sub-agent (`isSidechain`) lines are separate invocations and are left out of the
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,10 +47,26 @@ def claude_project_slug(cwd: str) -> str:
 def cannot_read_reason(error: OSError) -> str | None:
     """Why an existing transcript file or folder cannot be read (permission denied, a symlink
     loop, an I/O error), or None when `error` says it is not there (or is no file: a FIFO or a
-    folder named `*.jsonl` is no transcript). Only the first is evidence the join cannot judge."""
+    folder named `*.jsonl` is no transcript). Only the first is evidence the join cannot judge.
+
+    A name too long for the filesystem is not there: no folder can have it. The project folder
+    of a worktree path over 255 bytes has such a name, and it must not hide the transcripts of
+    the worktree's other spelling (its real path, or the path it was given)."""
     if isinstance(error, (FileNotFoundError, NotADirectoryError, NotARegularFile)):
         return None
+    if error.errno == errno.ENAMETOOLONG:
+        return None
     return error.strerror or str(error)
+
+
+def _no_file_there(path: str | os.PathLike[str]) -> bool:
+    """True when `path` names something that is not a regular file: opening one can fail before
+    its type is seen (a socket: "No such device or address"; a folder the process may not
+    enter: "Permission denied"), yet it is no transcript, not an unreadable one."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass
@@ -131,11 +149,14 @@ def unreadable_folder_reason(path: str | os.PathLike[str]) -> str | None:
     then becomes a gap line, so callers warn."""
     try:
         with os.scandir(path):
-            return None
+            pass
+        # Listing needs read permission, entering a project folder in it search permission.
+        os.stat(os.path.join(path, os.curdir))
     except (FileNotFoundError, NotADirectoryError):
         return None  # not there at all: the callers' other warning
     except OSError as error:
         return error.strerror or str(error)
+    return None
 
 
 def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
@@ -148,7 +169,8 @@ def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
             for raw_line in handle:
                 parser.feed(raw_line)
     except OSError as error:
-        return ClaudeTranscript(path=Path(path), unreadable=cannot_read_reason(error))
+        why = None if _no_file_there(path) else cannot_read_reason(error)
+        return ClaudeTranscript(path=Path(path), unreadable=why)
     return transcript
 
 
