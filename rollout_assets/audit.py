@@ -1377,11 +1377,22 @@ def _as_double(value: Fraction) -> float | None:
         return None
 
 
+def _within_rounding(exact: float, stated: float, decimals: int) -> bool:
+    """`stated` is `exact` rounded to `decimals` decimals, as a double."""
+    try:
+        ulps = 4 * math.ulp(max(abs(exact), abs(stated)))
+        return abs(exact - stated) <= 0.5 * 10.0**-decimals + ulps
+    except OverflowError:  # an integer written beyond any double: no rounding of the ledger's sum
+        return False
+
+
 def _sums_problems(
     key: str, stated: Any, recounted: dict[str, list[Any]], count_key: str, value_key: str, *, mean: bool
 ) -> list[str]:
     """Per role, the stats' count and sum (or mean) of rewards or costs against the ledger's.
-    Stated values are rounded (means to 12 decimals, costs to 6): compared within that."""
+    Stated values are rounded (means to 12 decimals, costs to 6): compared within half a unit
+    of that last decimal, plus the few units in the last place of a double that the writer's
+    division and rounding may add."""
     expected = {}
     for role, (count, total) in recounted.items():
         value = _as_double(total / count if mean else total)
@@ -1392,10 +1403,8 @@ def _sums_problems(
     problems = []
     for role in sorted(set(expected) | set(seen), key=str):
         (count, value), (stated_count, stated_value) = expected.get(role, (0, None)), seen.get(role, (0, None))
-        close = (
-            value is None and stated_value is None
-            or _is_number(value) and _is_number(stated_value)
-            and math.isclose(value, stated_value, rel_tol=1e-9, abs_tol=1e-6 if not mean else 1e-11)
+        close = value is None and stated_value is None or (
+            _is_number(value) and _is_number(stated_value) and _within_rounding(value, stated_value, 12 if mean else 6)
         )
         if count != stated_count or not close:
             problems.append(

@@ -463,7 +463,18 @@ def test_stats_check_fails_when_a_gap_reason_count_is_wrong(
     assert "'no_opencode_session': 1" in outcome.sample[0].split("ledger holds")[1]
 
 
-@pytest.mark.parametrize("edit", ["a mean reward", "a labeled count", "a cost", "a role without costs"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "a mean reward",
+        # Beyond what rounding to 12 decimals (means) or 6 (costs) can explain, by a little.
+        "a mean reward off by 4e-10",
+        "a labeled count",
+        "a cost",
+        "a cost off by 9e-7",
+        "a role without costs",
+    ],
+)
 def test_stats_check_fails_when_a_rewards_or_costs_figure_is_wrong(
     tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]], edit: str
 ) -> None:
@@ -472,6 +483,10 @@ def test_stats_check_fails_when_a_rewards_or_costs_figure_is_wrong(
     stats = json.loads(json.dumps(backfill[1]))
     if edit == "a mean reward":
         stats["rewardByRole"]["worker"]["mean"] += 0.035
+    elif edit == "a mean reward off by 4e-10":
+        stats["rewardByRole"]["worker"]["mean"] += 4e-10
+    elif edit == "a cost off by 9e-7":
+        stats["costUsdByRole"]["proposer"]["usd"] += 9e-7
     elif edit == "a labeled count":
         stats["rewardByRole"]["supervisor"]["labeled"] -= 1
     elif edit == "a cost":
@@ -484,7 +499,7 @@ def test_stats_check_fails_when_a_rewards_or_costs_figure_is_wrong(
     outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert (outcome.passed, outcome.missing) == (False, 1)
-    key = "rewardByRole" if edit in ("a mean reward", "a labeled count") else "costUsdByRole"
+    key = "rewardByRole" if edit.startswith(("a mean reward", "a labeled count")) else "costUsdByRole"
     assert outcome.sample[0].startswith(f"{key}.")
 
 
