@@ -503,6 +503,45 @@ def test_stats_check_fails_when_a_rewards_or_costs_figure_is_wrong(
     assert outcome.sample[0].startswith(f"{key}.")
 
 
+@pytest.mark.parametrize(
+    ("key", "change", "problem"),
+    [
+        ("workerSessionsJoined", 1, "workerSessionsJoined: stats say "),
+        ("workerCwdsMissed", -1, "workerCwdsMissed: stats say "),
+        ("workerSessionsEmpty", 1, "workerSessionsEmpty: stats say "),
+        ("proposerShotsJoined", -1, "proposerShotsJoined: stats say "),
+        ("proposerShotsMissed", 1, "proposerShotsMissed: stats say "),
+        ("proposerTranscriptsEmpty", 1, "proposerTranscriptsEmpty: stats say "),
+        ("cellsWithoutWorkerList", 1, "cellsWithoutWorkerList: stats say "),
+        ("opencodeDbAvailable", False, "opencodeDbAvailable: stats say false, yet "),
+        ("opencodeDbAvailable", None, "opencodeDbAvailable: stats say None, not true or false"),
+    ],
+)
+def test_stats_check_fails_when_a_join_counter_disagrees_with_the_ledger(
+    tmp_path: Path,
+    lines: list[Line],
+    backfill: tuple[list[Line], dict[str, Any]],
+    key: str,
+    change: int | bool | None,
+    problem: str,
+) -> None:
+    """Every counter of what was joined follows from the lines (their role, transcript and gap);
+    the summary shows opencodeDbAvailable per round."""
+    stats = json.loads(json.dumps(backfill[1]))
+    if isinstance(change, int) and not isinstance(change, bool):
+        assert stats[key] + change >= 0
+        stats[key] += change
+    else:
+        stats[key] = change
+    stats_path = tmp_path / "rollout-stats.json"
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+
+    assert (outcome.passed, outcome.missing) == (False, 1)
+    assert outcome.sample[0].startswith(problem), outcome.sample
+
+
 def test_stats_check_accepts_the_backfills_rounded_means_and_costs(
     tmp_path: Path, lines: list[Line], backfill: tuple[list[Line], dict[str, Any]]
 ) -> None:
@@ -526,10 +565,14 @@ def test_stats_check_classifies_the_ledgers_gaps_by_their_wording(
     outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert outcome.passed is False
-    (problem,) = outcome.sample
+    (problem,) = [problem for problem in outcome.sample if problem.startswith("byGapReason: ")]
     held = problem.split("ledger holds ")[1]
     assert "'opencode_store_unavailable': 1" in held and "'other': 1" in held
     assert "no_opencode_session" not in held
+    # The relabeled worker line now says the store was unavailable, which the stats deny.
+    assert "opencodeDbAvailable: stats say true, yet 1 worker line(s) say the store was unavailable" in (
+        outcome.sample
+    )
 
 
 # ---------------------------------------------------------------------------

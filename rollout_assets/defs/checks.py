@@ -161,7 +161,9 @@ def stats_reconcile_with_ledger(
 ) -> AssetCheckResult:
     """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward;
     gap lines by reason = the ledger's gaps by their wording; per role, rewards labeled and their
-    mean, lines with a cost and their sum, as the ledger holds them."""
+    mean, lines with a cost and their sum, as the ledger holds them; the join counters (sessions
+    joined, empty or missed, shots joined or missed, cells without a worker list) as the lines
+    are, and the store's availability as no worker line contradicts."""
     key = context.partition_key
     outputs = ledger_root.outputs(key)
     return _result(audit.stats_verdict(_RECOUNTS.ledger(context, outputs.ledger), outputs.stats), key)
