@@ -1217,3 +1217,87 @@ def test_a_run_dir_holding_a_lone_surrogate_names_no_file(tmp_path: Path) -> Non
     (supervisor,) = run.lines
     assert supervisor["outcome"]["metrics"]["worker_list_missing"] is True
     assert supervisor["artifacts"]["run_dir"] == f"{tmp_path}/run-\udc00"
+
+
+# ---------------------------------------------------------------------------
+# Field types taken from the inputs only when they are what the spec says
+# ---------------------------------------------------------------------------
+
+
+def test_a_model_ref_splits_at_its_first_slash(tmp_path: Path) -> None:
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "c", cell("a__a-1", 0, resolvedModel="openrouter/qwen/qwen3-coder"))
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "claude")
+
+    policy = run.role("supervisor")[0]["policy"]
+    assert (policy["provider"], policy["model"]) == ("openrouter", "qwen/qwen3-coder")
+
+
+@pytest.mark.parametrize(
+    ("composite", "resolved", "reward"),
+    [("0.5", True, 1), ("0.5", None, None), (True, False, 0), (0.25, False, 0.25)],
+    ids=["a string composite: resolved", "a string composite, no resolved: null", "a boolean composite", "a number"],
+)
+def test_only_a_number_is_the_official_judges_composite(
+    tmp_path: Path, composite: Any, resolved: bool | None, reward: float | None
+) -> None:
+    out_dir = tmp_path / "round"
+    record = cell(
+        "a__a-1", 0, artifact=artifact(resolved=resolved),
+        judgeScores={"swe-arena-official-judge": {"composite": composite}},
+    )  # fmt: skip
+    write_cell(campaign_dir(out_dir), "c", record)
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "claude")
+
+    outcome = run.role("supervisor")[0]["outcome"]
+    assert outcome["reward"] == reward and type(outcome["reward"]) is type(reward)
+
+
+def test_supervisor_fields_of_the_wrong_type_are_null(tmp_path: Path) -> None:
+    out_dir = tmp_path / "round"
+    run_dir = out_dir / "runs" / "c"
+    record = cell("a__a-1", 0, artifact=artifact(runDir=str(run_dir)), seed=3.5, costUsd="1.5")
+    write_cell(campaign_dir(out_dir), "c", record)
+    write_json(
+        run_dir / "result.json",
+        {"sup_verdict": 7, "spawned": "2", "workers": None, "settled": True, "subtasks": {"a": 1}},
+    )
+    write_json(run_dir / "judge.json", "{ not json")
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "claude")
+
+    line = run.role("supervisor")[0]
+    metrics = line["outcome"]["metrics"]
+    assert {key: metrics[key] for key in ("sup_verdict", "spawned", "workers", "settled", "subtasks")} == dict.fromkeys(
+        ("sup_verdict", "spawned", "workers", "settled", "subtasks")
+    )
+    assert (line["task"]["seed"], line["cost"]["usd"], line["outcome"]["verdict"]) == (None, None, None)
+
+
+def test_a_whole_float_seed_is_an_integer(tmp_path: Path) -> None:
+    out_dir = tmp_path / "round"
+    write_cell(campaign_dir(out_dir), "c", cell("a__a-1", 0, seed=3.0))
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "claude")
+
+    seed = run.role("supervisor")[0]["task"]["seed"]
+    assert seed == 3 and type(seed) is int
+
+
+@pytest.mark.parametrize(("exit_code", "completed"), [(0, True), (0.0, True), ("0", False), (1, False)])
+def test_a_shot_is_completed_only_with_a_numeric_exit_code_of_zero(
+    tmp_path: Path, exit_code: Any, completed: bool
+) -> None:
+    out_dir = tmp_path / "round"
+    write_json(
+        out_dir / "proposer-shots" / "gen0-cand0-shot0.json", {"receipt": {"exitCode": exit_code, "harness": 5}}
+    )
+
+    run = backfill(out_dir, opencode_db=tmp_path / "none.db", claude_projects_dir=tmp_path / "claude")
+
+    line = run.role("proposer")[0]
+    assert line["outcome"]["is_completed"] is completed
+    assert line["outcome"]["metrics"]["exit_code"] == (None if isinstance(exit_code, str) else exit_code)
+    assert line["policy"]["harness"] is None

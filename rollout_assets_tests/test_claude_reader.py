@@ -288,6 +288,40 @@ def test_block_lines_of_one_message_id_merge_into_one_assistant_turn(tmp_path: P
     ]
 
 
+def test_empty_text_blocks_add_nothing_and_texts_join_after_text_only(tmp_path: Path) -> None:
+    transcript = parse(
+        tmp_path,
+        [
+            user_line([text("")]),  # no user message
+            assistant_line("msg_1", [text("")]),  # no turn
+            assistant_line("msg_2", [text(""), text("b")]),
+            assistant_line("msg_3", [text("a"), text(""), text("c")]),
+            user_line([text(""), text("go on")]),
+        ],
+    )
+
+    assert transcript.messages == [
+        {"role": "assistant", "content": "b"},
+        {"role": "assistant", "content": "a\n\nc"},
+        {"role": "user", "content": "go on"},
+    ]
+
+
+def test_a_tool_use_without_a_string_id_adds_no_call_and_a_nameless_one_is_unknown(tmp_path: Path) -> None:
+    nameless = {"type": "tool_use", "id": "toolu_2", "input": {}}
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [{"type": "tool_use", "name": "Bash", "input": {"c": "ls"}}]),
+            assistant_line("msg_2", [{"type": "tool_use", "id": 7, "name": "Bash", "input": {}}, nameless]),
+        ],
+    )
+
+    assert transcript.messages == [
+        {"role": "assistant", "content": None, "tool_calls": [call("toolu_2", "unknown", "{}")]}
+    ]
+
+
 def test_consecutive_lines_with_different_ids_are_separate_turns(tmp_path: Path) -> None:
     transcript = parse(
         tmp_path, [assistant_line("msg_1", [text("one")]), assistant_line("msg_2", [text("two")])]
