@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -122,7 +124,7 @@ def _check_ledger_path(ledger_path: Path, out_dir: Path, opencode_db: str, claud
     if real_out != Path(real_store):
         store_file = f"{real_out}, a file SQLite keeps beside {store_file}"
     refusals = [
-        (is_inside(real_out, out_dir), f"refusing to write the ledger inside the round outDir {out_dir}"),
+        (is_inside(real_out, out_dir), f"refusing to write the ledger OUT {ledger_path} inside the round outDir {out_dir}"),
         (real_out in store_files, f"refusing to write the ledger OUT {ledger_path} over {store_file}"),
         (
             is_inside(real_out, claude_projects_dir),
@@ -181,6 +183,10 @@ def run_backfill(args: argparse.Namespace) -> int:
             workers=args.workers,
             on_cells_done=_ProgressBar() if show_progress else None,
         )
+        # The ledger is in place; what is left is saying so. Ctrl-C has nothing to stop any
+        # more, and an interrupt now (or while Python shuts down) would end the finished backfill
+        # with status 130, or with "the ledger was not written" printed after all.
+        _ignore_interrupts()
         for warning in _backfill_warnings(args, stats):
             print(f"rollout-assets: warning: {warning}", file=sys.stderr)
     except BrokenPipeError:
@@ -204,6 +210,12 @@ def run_backfill(args: argparse.Namespace) -> int:
     print(to_indented_json(stats.to_json()))
     print(f"rollout ledger → {args.ledger_path} ({stats.lines} lines)")
     return 0
+
+
+def _ignore_interrupts() -> None:
+    """Ignore SIGINT from here on (main() restores it when it was called from other code)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _backfill_warnings(args: argparse.Namespace, stats: BackfillStats) -> list[str]:
@@ -261,9 +273,17 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_materialize(args: argparse.Namespace) -> int:
-    from rollout_assets.materialize import materialize_rounds
+    from rollout_assets.defs.resources import ConfigurationError
 
-    return materialize_rounds(args.rounds)
+    # A setting the definitions refuse (ROLLOUT_SENSOR_INTERVAL_SECONDS=2m, say) is the user's
+    # to fix, not a bug: its one sentence, without the traceback of the import that read it.
+    try:
+        from rollout_assets.materialize import materialize_rounds
+
+        return materialize_rounds(args.rounds)
+    except ConfigurationError as error:
+        print(f"rollout-assets: error: {error}", file=sys.stderr)
+        return 2
 
 
 _COMMANDS = {
@@ -285,6 +305,7 @@ def _reported_errors() -> tuple[type[Exception], ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 with a usage line on bad arguments
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         return _COMMANDS[args.command](args)
     except _UsageError as error:
@@ -305,6 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        # Called from other code (argv given), not as the command: its Ctrl-C stays as it was.
+        # As the command, a finished backfill keeps ignoring it until the process has exited.
+        if argv is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint)
 
 
 if __name__ == "__main__":

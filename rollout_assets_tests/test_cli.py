@@ -312,7 +312,7 @@ def test_backfill_refuses_an_out_path_inside_the_round(demo: DemoLayout, round_c
     result = cli(*backfill_args(demo, round_copy, round_copy / "ledger.jsonl"))
 
     assert result.returncode == 2
-    assert "refusing to write the ledger inside the round outDir" in result.stderr
+    assert f"refusing to write the ledger OUT {round_copy / 'ledger.jsonl'} inside the round outDir" in result.stderr
     assert file_hashes(round_copy) == before
 
 
@@ -466,6 +466,32 @@ def test_ctrl_c_during_a_backfill_exits_130_in_one_line_leaving_out_as_it_was(tm
     assert stdout == ""
     assert ledger.read_bytes() == OLD_LEDGER
     assert sorted(p.name for p in ledger.parent.iterdir()) == ["out.jsonl"]
+
+
+def test_ctrl_c_once_the_ledger_is_written_and_being_reported_is_ignored(
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once the ledger is in place only the report is left: an interrupt then (or while Python
+    shuts down) must not end the finished backfill with status 130. Called with argv, as here,
+    main() gives the caller its Ctrl-C back."""
+    from rollout_assets import cli
+
+    real_warnings = cli._backfill_warnings
+
+    def interrupted_while_reporting(*args: object) -> list[str]:
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_warnings(*args)
+
+    monkeypatch.setattr(cli, "_backfill_warnings", interrupted_while_reporting)
+    ledger = existing_ledger(tmp_path)
+
+    code = cli.main([str(arg) for arg in backfill_args(demo, demo.rounds[0], ledger)])
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.err == ""
+    assert captured.out.endswith(f"rollout ledger → {ledger} ({len(list(read_ledger_dicts(ledger)))} lines)\n")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_ctrl_c_after_the_ledger_replaced_out_says_so(

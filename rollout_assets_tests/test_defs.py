@@ -319,6 +319,24 @@ def test_a_seconds_variable_that_is_no_whole_number_stops_loading_with_one_sente
     )
 
 
+@pytest.mark.parametrize("variable", ["ROLLOUT_SENSOR_INTERVAL_SECONDS", "ROLLOUT_QUIET_PERIOD_SECONDS"])
+def test_rollout_assets_materialize_names_a_wrong_seconds_variable_in_one_line(variable: str, tmp_path: Path) -> None:
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
+    env.update({variable: "2m", "ROLLOUT_ROUNDS_ROOT": str(tmp_path)})
+
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "rollout-assets"), "materialize"],
+        check=False, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
+    )  # fmt: skip
+
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines() == [
+        f"rollout-assets: error: {variable}='2m' is not a whole number of seconds of at least "
+        f"{1 if variable == 'ROLLOUT_SENSOR_INTERVAL_SECONDS' else 0}: set it to one (for example "
+        f"{60 if variable == 'ROLLOUT_SENSOR_INTERVAL_SECONDS' else 120}, the default) or unset it"
+    ]
+
+
 def test_an_empty_seconds_variable_means_the_default(load_definitions: Callable[..., Definitions]) -> None:
     resources = load_definitions(ROLLOUT_QUIET_PERIOD_SECONDS="").resources
     assert resources["round_discovery"].quiet_period_seconds == 120

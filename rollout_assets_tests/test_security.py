@@ -301,7 +301,7 @@ def test_the_cli_refuses_an_out_path_inside_the_round(demo: DemoLayout, tmp_path
 
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
-        f"rollout-assets: error: refusing to write the ledger inside the round outDir {round_dir}"
+        f"rollout-assets: error: refusing to write the ledger OUT {out} inside the round outDir {round_dir}"
     )
     assert result.stdout == ""
     assert input_hashes(demo) == before  # no ledger, no temp or lock file, no folder created
