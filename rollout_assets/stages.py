@@ -212,9 +212,11 @@ def _check(stage: str, consistent: bool, why: str) -> None:
         raise StageMismatchError(f"{stage} is out of date ({why}): materialize it and the stages after it again")
 
 
-def check_stages_agree(outputs: RoundOutputs, opencode_db: str | os.PathLike[str], claude_projects_dir: str | os.PathLike[str]) -> None:
+def check_stages_agree(
+    outputs: RoundOutputs, opencode_db: str | os.PathLike[str], claude_projects_dir: str | os.PathLike[str]
+) -> dict[str, Any]:
     """Raise unless the stage files on disk were built from one state of the round, from each
-    other and from the stores configured now (see "Stage records")."""
+    other and from the stores configured now (see "Stage records"); return round_manifest's record."""
     manifest = _unchanged_round(Path(_read_record(outputs, "round_manifest").get("outDir", "")), outputs)
     cells = _read_record(outputs, "campaign_cells")
     workers = _read_record(outputs, "worker_sessions")
@@ -249,6 +251,7 @@ def check_stages_agree(outputs: RoundOutputs, opencode_db: str | os.PathLike[str
         f"read the Claude projects folder {proposers.get('claudeProjects')}, and the folder configured now is "
         f"{os.path.abspath(claude_projects_dir)}",
     )
+    return manifest
 
 
 # ---------------------------------------------------------------------------
@@ -256,17 +259,22 @@ def check_stages_agree(outputs: RoundOutputs, opencode_db: str | os.PathLike[str
 # ---------------------------------------------------------------------------
 
 
-def write_manifest(out_dir: Path, outputs: RoundOutputs) -> RoundManifest:
-    """Build the manifest (fail loud on corrupt evidence) and store its JSON, with its record."""
+def write_manifest(out_dir: Path, outputs: RoundOutputs, sensor_fingerprint: str | None = None) -> RoundManifest:
+    """Build the manifest (fail loud on corrupt evidence) and store its JSON, with its record.
+
+    `sensor_fingerprint` is the fingerprint the round sensor compares (of every file the
+    backfill reads), taken by the caller before this reads anything. It travels with the stage
+    records to the ledger's record, so the ledger's stats can say which inputs it was built
+    from (sensor_fingerprint_of_ledger) even for a run the sensor did not start.
+    """
     # Taken before reading: a file changed while the manifest is built shows in the next stage.
     inputs = round_inputs_fingerprint(out_dir)
     manifest = build_manifest(out_dir, keep_rows=True)
     write_json_atomic(outputs.manifest, manifest.to_json())
-    _write_record(
-        outputs,
-        "round_manifest",
-        {"outDir": str(manifest.out_dir), "inputs": inputs, "manifest": file_identity(outputs.manifest)},
-    )
+    record: dict[str, Any] = {"outDir": str(manifest.out_dir), "inputs": inputs, "manifest": file_identity(outputs.manifest)}
+    if sensor_fingerprint is not None:
+        record["sensorFingerprint"] = sensor_fingerprint
+    _write_record(outputs, "round_manifest", record)
     return manifest
 
 
@@ -663,7 +671,7 @@ def write_rollout_ledger(
     with each other, with the round as it is and with the stores configured now
     (check_stages_agree).
     """
-    check_stages_agree(outputs, opencode_db, claude_projects_dir)
+    manifest_record = check_stages_agree(outputs, opencode_db, claude_projects_dir)
     summary = read_json(outputs.worker_sessions_summary)
     if outputs.worker_sessions.stat().st_size != summary["bytes"]:
         raise StageMismatchError(
@@ -710,6 +718,8 @@ def write_rollout_ledger(
     record: dict[str, Any] = {"ledger": file_identity(outputs.ledger), "counters": counters}
     if transcripts is not None:
         record["transcripts"] = transcripts.to_json()
+    if isinstance(manifest_record.get("sensorFingerprint"), str):
+        record["sensorFingerprint"] = manifest_record["sensorFingerprint"]
     try:
         write_json_atomic(outputs.ledger_stats, record)
     except OSError:
@@ -750,6 +760,17 @@ def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDi
             "To replace it anyway, move it aside (it keeps those transcripts) and materialize rollout_ledger again.",
             lost,
         )
+
+
+def sensor_fingerprint_of_ledger(outputs: RoundOutputs) -> str | None:
+    """The sensor's fingerprint of the inputs the round's ledger was built from, as
+    round_manifest took it (write_manifest); None when its run recorded none."""
+    try:
+        record = read_json(outputs.ledger_stats)
+    except (OSError, ValueError):
+        return None
+    value = record.get("sensorFingerprint") if isinstance(record, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:

@@ -657,6 +657,51 @@ def test_a_round_the_materialize_command_ran_is_not_run_again_until_it_changes(t
     assert [partition for partition, _ in changed.requested] == [SMALL]
 
 
+@pytest.mark.slow
+def test_a_round_materialized_without_the_sensors_tag_is_not_run_again_until_it_changes(tmp_path: Path) -> None:
+    """A run started from the UI or with `dagster asset materialize` carries no fingerprint tag:
+    round_manifest takes the fingerprint itself, before reading, and rollout_stats records it."""
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    age(layout.root, 3600)
+    instance = DagsterInstance.ephemeral()
+    resources = round_resources(layout, tmp_path / "ledgers")
+    assert materialize_round(instance, resources, SMALL).success  # no tags
+
+    first = tick(layout.rounds_root, instance=instance)
+    rewrite(layout.rounds_root / SMALL / "improve-run" / "loop-provenance.json")
+    age(layout.root, 3600)
+    changed = tick(layout.rounds_root, cursor=first.cursor, instance=instance)
+
+    assert first.result == SkipReason("no new or changed rounds")
+    assert [partition for partition, _ in changed.requested] == [SMALL]
+
+
+def test_a_round_changed_while_its_untagged_run_read_it_is_run_again(tmp_path: Path) -> None:
+    """The fingerprint is taken before the manifest reads the round: a file rewritten after
+    that makes the sensor run the round again, never skip it."""
+    from rollout_assets.stages import write_manifest as real_write_manifest
+
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    age(layout.root, 3600)
+    instance = DagsterInstance.ephemeral()
+    resources = round_resources(layout, tmp_path / "ledgers")
+    provenance = layout.rounds_root / SMALL / "improve-run" / "loop-provenance.json"
+
+    def changed_while_read(*args: Any, **kwargs: Any) -> Any:
+        manifest = real_write_manifest(*args, **kwargs)
+        os.utime(provenance, (time.time() - 1800, time.time() - 1800))  # after the fingerprint
+        return manifest
+
+    with pytest.MonkeyPatch.context() as patch:
+        from rollout_assets.defs import assets
+
+        patch.setattr(assets, "write_manifest", changed_while_read)
+        materialize_round(instance, resources, SMALL)
+    requested = tick(layout.rounds_root, instance=instance)
+
+    assert [partition for partition, _ in requested.requested] == [SMALL]
+
+
 def _materialized_then_changed(tmp_path: Path) -> tuple[DemoLayout, DagsterInstance, dict[str, Any], Tick]:
     """SMALL materialized on a fresh instance from its inputs as they are (state A), then
     changed (state B) and requested by a tick; returns the layout, instance, resources and that tick."""

@@ -9,6 +9,7 @@ root), so no transcript is ever pickled or held by Dagster.
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -41,6 +42,7 @@ from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
     TranscriptLossError,
+    sensor_fingerprint_of_ledger,
     write_campaign_cells,
     write_manifest,
     write_proposer_transcripts,
@@ -131,6 +133,24 @@ def _role_and_gap_metadata(stats: BackfillStats) -> dict[str, Any]:
     return metadata
 
 
+def _sensor_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | None:
+    """The fingerprint of the round's inputs this run reads, as the sensor computes it: the
+    run's tag when the sensor (or `rollout-assets materialize`) started it, else taken now,
+    before the manifest reads anything. rollout_stats records it, and the sensor then does not
+    run the same inputs again after a run started from the UI or `dagster asset materialize`.
+    A file changed after it was taken makes the sensor run the round again, never less."""
+    tagged = context.run.tags.get(FINGERPRINT_TAG)
+    if tagged:
+        return tagged
+    # Imported here: the sensors module imports this one for the assets it requests.
+    from rollout_assets.defs.sensors import fingerprint_round
+
+    try:
+        return fingerprint_round(out_dir).digest
+    except (OSError, ValueError):  # RoundInputError included: the manifest stage fails saying why
+        return None
+
+
 def _manifest_table(manifest: RoundManifest) -> str:
     rows = ["| candidate | generation | commit | cells | reps | resolved | cached | shots | cost USD |", "|---|---|---|---|---|---|---|---|---|"]
     for entry in manifest.entries:
@@ -162,7 +182,7 @@ def round_manifest(
     try:
         out_dir = rounds_root.round_dir(key)
         outputs = _writable_outputs(key, ledger_root, rounds_root, opencode, claude)
-        manifest = write_manifest(out_dir, outputs)
+        manifest = write_manifest(out_dir, outputs, _sensor_fingerprint(context, out_dir))
     except _ROUND_ERRORS as error:
         raise _fail(error, key) from error
     cells = sum(len(entry.cells) for entry in manifest.entries)
@@ -471,7 +491,8 @@ def rollout_stats(
             metadata={"round": key, "error": type(error).__name__},
         ) from error
     as_json = stats.to_json()
-    fingerprint = context.run.tags.get(FINGERPRINT_TAG)
+    # The inputs the ledger was built from: the run's tag, or what its round_manifest took.
+    fingerprint = context.run.tags.get(FINGERPRINT_TAG) or sensor_fingerprint_of_ledger(outputs)
     metadata: dict[str, Any] = {
         **({FINGERPRINT_METADATA: fingerprint} if fingerprint else {}),
         "path": _path(outputs.stats),
