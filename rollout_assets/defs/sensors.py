@@ -194,8 +194,8 @@ def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_ke
 
 def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str | None:
     """The input fingerprint of the round's ledger as it stands, when the instance knows it: the
-    one recorded by the latest `rollout_stats` materialization (sensor runs and `rollout-assets
-    materialize` runs record it; a run started in the UI does not), provided that
+    one recorded by the latest `rollout_stats` materialization (the run's tag, from the sensor or
+    `rollout-assets materialize`; without one, what its round_manifest took), provided that
 
     - the latest `rollout_ledger` materialization is of the same run: a later run that
       replaced the ledger and then failed wrote the ledger of other inputs;
