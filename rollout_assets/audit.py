@@ -882,41 +882,22 @@ class SeenLine(NamedTuple):
     has_messages: bool
 
 
-def _join_counters(role: Any, gap_kind: str | None, has_messages: bool) -> tuple[str, ...]:
-    """The stats' join counters a line adds to, by the meaning of its gap: a worker cwd without
-    a session (none found, or the store unavailable), a session without readable messages, or
-    joined; a shot without a transcript (none matched, or unreadable), else joined, and joined
-    to an empty one; a cell whose workers cannot be listed."""
-    # Besides the stats' own: storeUnavailableGaps and workerSessionsFound, for opencodeDbAvailable.
-    if role == "worker":
-        if gap_kind == "opencode_store_unavailable":
-            return ("workerCwdsMissed", "storeUnavailableGaps")
-        if gap_kind == "no_opencode_session":
-            return ("workerCwdsMissed",)
-        if gap_kind == "opencode_session_empty":
-            return ("workerSessionsEmpty", "workerSessionsFound")
-        return ("workerSessionsJoined", "workerSessionsFound") if has_messages else ()
-    if role == "proposer":
-        if gap_kind in ("no_claude_transcript", "claude_transcripts_unreadable"):
-            return ("proposerShotsMissed",)
-        if gap_kind == "claude_transcript_empty":
-            return ("proposerShotsJoined", "proposerTranscriptsEmpty")
-        return ("proposerShotsJoined",)
-    if role == "supervisor" and gap_kind == "supervisor_worker_list_missing":
-        return ("cellsWithoutWorkerList",)
-    return ()
-
-
-# The stats' join counters the ledger's lines determine (see `_join_counters`).
-_JOIN_COUNTERS = (
-    "workerSessionsJoined",
-    "workerCwdsMissed",
-    "workerSessionsEmpty",
-    "proposerShotsJoined",
-    "proposerShotsMissed",
-    "proposerTranscriptsEmpty",
-    "cellsWithoutWorkerList",
-)
+def _join_counters(ledger: LedgerRecount) -> dict[str, int]:
+    """The stats' join counters, from the ledger's gap kinds and roles: a worker cwd without a
+    session (none found, or the store unavailable), a session without readable messages, a
+    worker transcript joined; a shot without a transcript (none matched, or unreadable), every
+    other shot joined, some to an empty transcript; a cell whose workers cannot be listed."""
+    kinds = ledger.gap_kinds
+    shots_missed = kinds["no_claude_transcript"] + kinds["claude_transcripts_unreadable"]
+    return {
+        "workerSessionsJoined": ledger.worker_full_transcripts,
+        "workerCwdsMissed": kinds["no_opencode_session"] + kinds["opencode_store_unavailable"],
+        "workerSessionsEmpty": kinds["opencode_session_empty"],
+        "proposerShotsJoined": ledger.by_role["proposer"] - shots_missed,
+        "proposerShotsMissed": shots_missed,
+        "proposerTranscriptsEmpty": kinds["claude_transcript_empty"],
+        "cellsWithoutWorkerList": kinds["supervisor_worker_list_missing"],
+    }
 
 
 @dataclass
@@ -935,8 +916,7 @@ class LedgerRecount:
     gap_lines: int = 0
     reward_labeled: int = 0
     gap_kinds: Counter[str] = field(default_factory=Counter)  # gap lines by the kind of their gap
-    # The stats' join counters (their JSON names), from each line's role, transcript and gap kind
-    join_counters: Counter[str] = field(default_factory=Counter)
+    worker_full_transcripts: int = 0  # worker lines with messages: sessions joined
     # role -> [lines with a reward (or a cost), their exact sum]
     rewards_by_role: dict[str, list[Any]] = field(default_factory=dict)
     costs_by_role: dict[str, list[Any]] = field(default_factory=dict)
@@ -1018,6 +998,7 @@ class LedgerRecount:
         self.by_role[line.get("role")] += 1
         if line.get("messages"):
             self.full_transcripts += 1
+            self.worker_full_transcripts += line.get("role") == "worker"
         else:
             self.gap_lines += 1
         reward = line.get("outcome", "reward")
@@ -1030,11 +1011,8 @@ class LedgerRecount:
                 count_and_sum[1] += Fraction(value)
         provenance = line.get("provenance")
         gap = provenance.get("gap") if isinstance(provenance, dict) else None
-        kind = _gap_kind(gap) if isinstance(gap, str) else None
-        if kind is not None:
-            self.gap_kinds[kind] += 1
-        for counter in _join_counters(role, kind, bool(line.get("messages"))):
-            self.join_counters[counter] += 1
+        if isinstance(gap, str):
+            self.gap_kinds[_gap_kind(gap)] += 1
 
     def _check_reward_source(self, role: str, outcome: dict[str, Any], where: str) -> None:
         """rollout-v1.md: a line's reward_source names where its reward comes from, by role, and
@@ -1128,7 +1106,7 @@ class LedgerRecount:
         self.gap_lines += later.gap_lines
         self.reward_labeled += later.reward_labeled
         self.gap_kinds.update(later.gap_kinds)
-        self.join_counters.update(later.join_counters)
+        self.worker_full_transcripts += later.worker_full_transcripts
         for mine, theirs in ((self.rewards_by_role, later.rewards_by_role), (self.costs_by_role, later.costs_by_role)):
             for role, (count, total) in theirs.items():
                 count_and_sum = mine.setdefault(role, [0, Fraction(0)])
@@ -1484,20 +1462,20 @@ def stats_verdict(ledger: LedgerRecount, stats_path: Path) -> AuditResult:
     problems += _sums_problems(
         "costUsdByRole", stats.get("costUsdByRole"), ledger.costs_by_role, "linesWithCost", "usd", mean=False
     )
-    for key in _JOIN_COUNTERS:
-        if stats.get(key) != ledger.join_counters[key]:
-            problems.append(f"{key}: stats say {stats.get(key)}, ledger holds {ledger.join_counters[key]}")
+    for key, held in _join_counters(ledger).items():
+        if stats.get(key) != held:
+            problems.append(f"{key}: stats say {stats.get(key)}, ledger holds {held}")
     # The store was read, or it was not: its availability shows in the worker lines.
     available = stats.get("opencodeDbAvailable")
-    if available is True and ledger.join_counters["storeUnavailableGaps"]:
+    store_unavailable = ledger.gap_kinds["opencode_store_unavailable"]
+    sessions_read = ledger.worker_full_transcripts + ledger.gap_kinds["opencode_session_empty"]
+    if available is True and store_unavailable:
         problems.append(
-            f"opencodeDbAvailable: stats say true, yet {ledger.join_counters['storeUnavailableGaps']} worker "
-            "line(s) say the store was unavailable"
+            f"opencodeDbAvailable: stats say true, yet {store_unavailable} worker line(s) say the store was unavailable"
         )
-    elif available is False and ledger.join_counters["workerSessionsFound"]:
+    elif available is False and sessions_read:
         problems.append(
-            f"opencodeDbAvailable: stats say false, yet {ledger.join_counters['workerSessionsFound']} worker "
-            "line(s) hold a session read from it"
+            f"opencodeDbAvailable: stats say false, yet {sessions_read} worker line(s) hold a session read from it"
         )
     elif not isinstance(available, bool):
         problems.append(f"opencodeDbAvailable: stats say {available!r}, not true or false")

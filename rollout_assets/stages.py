@@ -265,7 +265,7 @@ def write_manifest(out_dir: Path, outputs: RoundOutputs, sensor_fingerprint: str
     `sensor_fingerprint` is the fingerprint the round sensor compares (of every file the
     backfill reads), taken by the caller before this reads anything. It travels with the stage
     records to the ledger's record, so the ledger's stats can say which inputs it was built
-    from (sensor_fingerprint_of_ledger) even for a run the sensor did not start.
+    from (write_rollout_stats) even for a run the sensor did not start.
     """
     # Taken before reading: a file changed while the manifest is built shows in the next stage.
     inputs = round_inputs_fingerprint(out_dir)
@@ -762,21 +762,12 @@ def _refuse_to_lose_transcripts(outputs: RoundOutputs, transcripts: TranscriptDi
         )
 
 
-def sensor_fingerprint_of_ledger(outputs: RoundOutputs) -> str | None:
-    """The sensor's fingerprint of the inputs the round's ledger was built from, as
-    round_manifest took it (write_manifest); None when its run recorded none."""
-    try:
-        record = read_json(outputs.ledger_stats)
-    except (OSError, ValueError):
-        return None
-    value = record.get("sensorFingerprint") if isinstance(record, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
+def write_rollout_stats(outputs: RoundOutputs) -> tuple[BackfillStats, str | None]:
     """Store the counters the ledger stage counted next to the ledger, refusing a ledger that
     is no longer the file the ledger stage wrote: the checks that let this stage run judged
-    that file, not one changed or replaced after it."""
+    that file, not one changed or replaced after it. Returns the counters and the sensor's
+    fingerprint of the inputs the ledger was built from, as round_manifest took it (None when
+    its run recorded none)."""
     try:
         counted = read_json(outputs.ledger_stats)
     except (OSError, ValueError) as error:
@@ -800,4 +791,5 @@ def write_rollout_stats(outputs: RoundOutputs) -> BackfillStats:
             f"{outputs.ledger_stats} does not hold the ledger's counters ({error!r}); re-materialize rollout_ledger"
         ) from error
     write_json_atomic(outputs.stats, stats.to_json())
-    return stats
+    fingerprint = counted.get("sensorFingerprint")
+    return stats, fingerprint if isinstance(fingerprint, str) else None

@@ -42,7 +42,6 @@ from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
     TranscriptLossError,
-    sensor_fingerprint_of_ledger,
     write_campaign_cells,
     write_manifest,
     write_proposer_transcripts,
@@ -482,7 +481,7 @@ def rollout_stats(
             },
         )
     try:
-        stats = write_rollout_stats(outputs)
+        stats, recorded_fingerprint = write_rollout_stats(outputs)
     except StageMismatchError as error:
         raise _fail(error, key) from error
     except (OSError, ValueError) as error:
@@ -492,7 +491,7 @@ def rollout_stats(
         ) from error
     as_json = stats.to_json()
     # The inputs the ledger was built from: the run's tag, or what its round_manifest took.
-    fingerprint = context.run.tags.get(FINGERPRINT_TAG) or sensor_fingerprint_of_ledger(outputs)
+    fingerprint = context.run.tags.get(FINGERPRINT_TAG) or recorded_fingerprint
     metadata: dict[str, Any] = {
         **({FINGERPRINT_METADATA: fingerprint} if fingerprint else {}),
         "path": _path(outputs.stats),

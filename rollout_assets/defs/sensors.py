@@ -180,8 +180,8 @@ def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> Round
     the error itself, which names the files. Its run fails saying so; the round runs again
     once the error changes or the round can be read."""
     digest = hashlib.sha256(f"unreadable\0{error}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    improve = out_dir / "improve-run"
-    folders = (str(out_dir), str(improve), *(str(improve / name) for name in _listdir(improve)))
+    improve = os.path.join(out_dir, "improve-run")
+    folders = (str(out_dir), improve, *(os.path.join(improve, name) for name in _listdir(improve)))
     return RoundFingerprint(digest, 0, 0, 0, (), folders)
 
 
