@@ -26,7 +26,8 @@ from rollout_assets.defs.assets import FINGERPRINT_TAG, rollout_ledger
 from rollout_assets.defs.jobs import RUNNING_STATUSES, round_run
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
-from rollout_assets.defs.sensors import fingerprint_round, list_round_dirs
+from rollout_assets.defs.sensors import list_round_dirs
+from rollout_assets.sources.fingerprint import fingerprint_round
 
 # The runs' events stay in the instance (and the UI). The terminal gets what `_report_round`
 # prints from them: one sentence per failure and the warnings the steps logged, not Dagster's

@@ -451,3 +451,27 @@ def test_ledger_root_refuses_a_hostile_key(tmp_path: Path, key: str) -> None:
 def test_rounds_root_refuses_a_hostile_key(tmp_path: Path, key: str) -> None:
     with pytest.raises(InvalidRoundKey):
         RoundsRoot(root_dir=str(tmp_path)).round_dir(key)
+
+
+def _core_modules() -> list[str]:
+    """Every module of the domain core: the package less the Dagster layer (defs/, definitions.py,
+    and materialize.py, which runs rounds through Dagster for the command line)."""
+    package = Path(definitions_module.__file__).parent
+    dagster_layer = {"defs", "definitions", "materialize"}
+    modules = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if parts[0] in dagster_layer:
+            continue
+        modules.append(".".join(("rollout_assets", *(part for part in parts if part != "__init__"))))
+    return modules
+
+
+def test_the_domain_core_imports_no_dagster() -> None:
+    """The schema, readers, join, stages, audit and summary run, test and benchmark without
+    Dagster; the Dagster layer imports them, never the other way round."""
+    modules = _core_modules()
+    assert "rollout_assets.sources.fingerprint" in modules and "rollout_assets.audit" in modules
+    code = f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\nprint(sorted({{m.split('.')[0] for m in sys.modules}} & {{'dagster', 'dagster_webserver', 'dagster_graphql'}}))"
+    completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert completed.stdout.strip() == "[]"

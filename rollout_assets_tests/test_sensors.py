@@ -42,8 +42,9 @@ from rollout_assets.definitions import defs
 from rollout_assets.defs.assets import FINGERPRINT_TAG, rollout_ledger
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import RoundsRoot
-from rollout_assets.defs.sensors import RoundDiscovery, fingerprint_round, round_dirs_sensor
+from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
+from rollout_assets.sources.fingerprint import fingerprint_round
 from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
 from rollout_assets_tests.dagster_rounds import (

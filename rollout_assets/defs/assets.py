@@ -36,6 +36,7 @@ from rollout_assets.defs.resources import (
     RoundsRoot,
 )
 from rollout_assets.ledger import WriterBusyError
+from rollout_assets.sources.fingerprint import fingerprint_round
 from rollout_assets.sources.round import RoundInputError, RoundManifest
 from rollout_assets.stages import (
     RoundChangedError,
@@ -141,9 +142,6 @@ def _sensor_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | 
     tagged = context.run.tags.get(FINGERPRINT_TAG)
     if tagged:
         return tagged
-    # Imported here: the sensors module imports this one for the assets it requests.
-    from rollout_assets.defs.sensors import fingerprint_round
-
     try:
         return fingerprint_round(out_dir).digest
     except (OSError, ValueError):  # RoundInputError included: the manifest stage fails saying why

@@ -1,13 +1,9 @@
 """`round_dirs_sensor`: discovers new and changed rounds under the rounds root and materializes them."""
 
-import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
 from typing import Any
 
 from dagster import (
@@ -31,8 +27,8 @@ from rollout_assets.defs.jobs import UNFINISHED_STATUSES, materialize_round, rou
 from rollout_assets.defs.partitions import ROUNDS, ROUNDS_PARTITIONS_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundsRoot, is_round_dir, seconds_from_environment
 from rollout_assets.defs.summary import rounds_summary
-from rollout_assets.sources.jsonfiles import read_regular_file, string_or_none
-from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
+from rollout_assets.sources.fingerprint import fingerprint_round, unreadable_round_fingerprint
+from rollout_assets.sources.round import RoundInputError
 
 SENSOR_INTERVAL_SECONDS = seconds_from_environment("ROLLOUT_SENSOR_INTERVAL_SECONDS", 60, minimum=1)
 
@@ -41,148 +37,6 @@ class RoundDiscovery(ConfigurableResource):
     """How the sensor waits for a round to settle before materializing it."""
 
     quiet_period_seconds: int = 120
-
-
-@dataclass(frozen=True)
-class RoundFingerprint:
-    """Size and modification time of every file the backfill reads, hashed into one value."""
-
-    digest: str
-    files: int
-    cells: int
-    shot_receipts: int
-    file_mtimes: tuple[float, ...] = field(default=(), repr=False)
-    # The folders new inputs appear in (campaigns, cells, proposer-shots/ and its author
-    # folders): a cell whose arm is still running has a folder but no cached-result.json yet,
-    # and only the folder's mtime says the round is being written.
-    folders: tuple[str, ...] = field(default=(), repr=False)
-
-    def last_written(self, latest: float) -> tuple[float, float]:
-        """(the newest mtime of the files and folders up to `latest`, how far the furthest
-        entry dated after `latest` lies beyond it, or 0). Folders are looked at only here, for
-        a round about to be requested: an unchanged round's tick does not pay for them."""
-        newest = ahead = 0.0
-        times = list(self.file_mtimes)
-        for folder in self.folders:
-            try:
-                stat = os.stat(folder)
-            except OSError:
-                continue
-            if S_ISDIR(stat.st_mode):  # files among them are left out
-                times.append(stat.st_mtime)
-        for mtime in times:
-            if mtime <= latest:
-                newest = max(newest, mtime)
-            else:
-                ahead = max(ahead, mtime - latest)
-        return newest, ahead
-
-
-def _listdir(folder: str | Path) -> list[str]:
-    # Any OSError (missing, not a folder, unreadable, symlink loop) means "nothing to read here":
-    # the round is still requested, and its run says loudly what it cannot read.
-    try:
-        return sorted(os.listdir(folder))
-    except OSError:
-        return []
-
-
-@lru_cache(maxsize=200_000)
-def _artifact_of(cell_cache: str, size: int, mtime_ns: int) -> tuple[str | None, str | None]:
-    """A cell's (artifact.runDir, artifact.patchPath); cached by (path, size, mtime) so
-    unchanged cells are parsed once."""
-    try:
-        record = json.loads(read_regular_file(cell_cache).decode("utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return None, None
-    artifact = record.get("artifact") if isinstance(record, dict) else None
-    if not isinstance(artifact, dict):
-        return None, None
-    return string_or_none(artifact.get("runDir")), string_or_none(artifact.get("patchPath"))
-
-
-def _spelled_by_pathlib(path: str) -> str:
-    """An absolute `path` as `str(Path(path))` spells it (the digest hashes that spelling, and a
-    runDir may hold `//` or `/./`), without building a Path for one spelled so already."""
-    if "//" in path or "/./" in path or path.endswith(("/", "/.")):
-        return str(Path(path))
-    return path
-
-
-def _input_files(out_dir: Path) -> tuple[list[str], list[str], int, int]:
-    """(files the backfill reads, folders new inputs appear in, cell count, shot receipt count)
-    of one round.
-
-    Campaigns and receipts are found by the round reader's own rules, so the fingerprint
-    covers exactly the files the backfill will read. Paths are strings, each spelled as
-    pathlib spells it (the digest hashes them): building tens of thousands of Path objects
-    took a third of the time at 12,000 cells.
-    """
-    root = str(out_dir)
-    improve = os.path.join(root, "improve-run")
-    files = [os.path.join(improve, "loop-provenance.json"), os.path.join(improve, "cost-ledger.jsonl")]
-    # A candidate's diff is `candidates/<commit10>.patch`: whether it exists sets its diffPath
-    # and its proposer lines' patch_path. Every .patch there is taken, whichever commit it is for.
-    candidates = os.path.join(root, "candidates")
-    files += [os.path.join(candidates, name) for name in _listdir(candidates) if name.endswith(".patch")]
-    # The round's own folders too: a copy that keeps timestamps (`cp -a`, `rsync -a`) dates
-    # every finished folder and file in the past, and only the folders it is still filling
-    # (the round, improve-run, a generation without its candidates yet) say it is not done.
-    folders = [root, improve, *(os.path.join(improve, name) for name in _listdir(improve))]
-    cells = 0
-    for _, _, campaign_dir in discover_campaigns(out_dir):
-        campaign = str(campaign_dir)
-        folders.append(campaign)
-        for name in _listdir(campaign_dir):
-            cell = os.path.join(campaign, name)
-            folders.append(cell)
-            cache = os.path.join(cell, "cached-result.json")
-            try:
-                stat = os.stat(cache)
-            except OSError:
-                continue
-            if not S_ISREG(stat.st_mode):  # the round reader refuses it; its run says so
-                continue
-            cells += 1
-            files.append(cache)
-            run_dir, patch_path = _artifact_of(cache, stat.st_size, stat.st_mtime_ns)
-            files += [_spelled_by_pathlib(path) for name in ("result.json", "judge.json") if (path := run_dir_file(run_dir, name))]
-            if patch_path and os.path.isabs(patch_path):  # whether it exists decides the artifactPaths
-                files.append(_spelled_by_pathlib(patch_path))
-    shots = os.path.join(root, "proposer-shots")
-    folders += [shots, *(os.path.join(shots, name) for name in _listdir(shots))]
-    receipts = list_shot_receipts(out_dir)
-    files += [_spelled_by_pathlib(receipt.path) for receipt in receipts]
-    return files, folders, cells, len(receipts)
-
-
-def fingerprint_round(out_dir: Path) -> RoundFingerprint:
-    """The fingerprint of a round's inputs. A directory's own mtime is not in the digest: it
-    does not change when a file inside is rewritten, and it changes when a file the backfill
-    does not read comes or goes. It only counts towards the quiet period (`last_written`)."""
-    files, folders, cells, receipts = _input_files(out_dir)
-    digest = hashlib.sha256()
-    mtimes: list[float] = []
-    for path in files:
-        try:
-            stat = os.stat(path)
-        except (OSError, ValueError):  # missing, or a name no file can have (a lone surrogate)
-            continue
-        if not S_ISREG(stat.st_mode):  # the backfill reads a folder named like an input as no file
-            continue
-        mtimes.append(stat.st_mtime)
-        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-    return RoundFingerprint(digest.hexdigest()[:16], len(mtimes), cells, receipts, tuple(mtimes), tuple(folders))
-
-
-def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> RoundFingerprint:
-    """The fingerprint of a round the round reader refuses (two folders of one campaign, say):
-    the error itself, which names the files. Its run fails saying so; the round runs again
-    once the error changes or the round can be read."""
-    digest = hashlib.sha256(f"unreadable\0{error}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    improve = os.path.join(out_dir, "improve-run")
-    folders = (str(out_dir), improve, *(os.path.join(improve, name) for name in _listdir(improve)))
-    return RoundFingerprint(digest, 0, 0, 0, (), folders)
 
 
 def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_key: str) -> Any:
