@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from rollout_assets.demo import DemoLayout, edge_case_sites
 from rollout_assets.sources.fingerprint import fingerprint_round
 from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
+from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 from rollout_assets_tests.dagster_rounds import (
     CHECK_NAMES,
     ROUND,
@@ -555,20 +557,58 @@ def test_symlink_loop_inside_a_round_does_not_hide_the_round(fresh: DemoLayout) 
     assert result.warnings() == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder: unreadable folders cannot be made")
-def test_unreadable_folders_do_not_stop_the_tick(fresh: DemoLayout) -> None:
-    locked_root_entry = fresh.rounds_root / "locked"
+# The sensor's tick as `nobody`, for whom a chmod'ed folder really is closed (root reads any
+# folder): everything is imported as root first, then the process drops its privileges.
+TICK_AS_NOBODY = (
+    textwrap.dedent(
+        """
+    import json, logging, sys
+    from dagster import DagsterInstance, SensorResult, build_sensor_context
+    from rollout_assets.defs.resources import RoundsRoot
+    from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
+    warnings = []
+    class Warnings(logging.Handler):
+        def emit(self, record):
+            if record.levelno == logging.WARNING:
+                warnings.append(record.getMessage())
+    resources = {"rounds_root": RoundsRoot(root_dir=sys.argv[1]), "round_discovery": RoundDiscovery(quiet_period_seconds=0)}
+    # Dagster imports some of its modules on first use: the instance and context are made as root.
+    context = build_sensor_context(instance=DagsterInstance.ephemeral(), resources=resources)
+    context.log.addHandler(Warnings())
+    """
+    )
+    + DROP_TO_NOBODY
+    + textwrap.dedent(
+        """
+    result = round_dirs_sensor(context)
+    requested = [r.partition_key for r in result.run_requests] if isinstance(result, SensorResult) else []
+    print(json.dumps({"requested": requested, "warnings": warnings}))
+    """
+    )
+)
+
+
+def test_unreadable_folders_do_not_stop_the_tick(world_readable_tmp: Path) -> None:
+    """A rounds-root entry the sensor may not enter is skipped with a warning naming it; a round
+    with a campaign folder it may not list is still requested (its run says what it cannot read)."""
+    layout = write_rounds(world_readable_tmp / "demo")
+    locked_root_entry = layout.rounds_root / "locked"
     (locked_root_entry / "improve-run").mkdir(parents=True)
-    locked_campaign = fresh.rounds_root / ROUND / "improve-run" / "gen-1" / "candidate-1"
+    locked_campaign = layout.rounds_root / ROUND / "improve-run" / "gen-1" / "candidate-1"
+    age(layout.root, 3600)
     locked_root_entry.chmod(0)
     locked_campaign.chmod(0)
     try:
-        result = tick(fresh.rounds_root)
+        result = run_unprivileged(TICK_AS_NOBODY, str(layout.rounds_root))
     finally:
         locked_root_entry.chmod(0o755)
         locked_campaign.chmod(0o755)
 
-    assert [key for key, _ in result.requested] == [ROUND]
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "requested": [ROUND],
+        "warnings": [f"skipping {locked_root_entry}: [Errno 13] Permission denied: '{locked_root_entry / 'improve-run'}'"],
+    }
 
 
 # ---------------------------------------------------------------------------
