@@ -41,7 +41,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from rollout_assets.demo import RoundSpec, write_demo
+from rollout_assets.demo import RoundSpec, write_demo  # noqa: E402 (after the sys.path line, to run from a checkout)
 
 BIN = Path(sys.executable).parent
 

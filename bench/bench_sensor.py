@@ -21,11 +21,11 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from dagster import SensorResult, SkipReason, build_sensor_context, instance_for_test
+from dagster import SensorResult, SkipReason, build_sensor_context, instance_for_test  # noqa: E402 (after the sys.path line, to run from a checkout)
 
-from rollout_assets.defs.resources import RoundsRoot
-from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
-from rollout_assets.demo import RoundSpec, write_demo
+from rollout_assets.defs.resources import RoundsRoot  # noqa: E402 (after the sys.path line, to run from a checkout)
+from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor  # noqa: E402 (after the sys.path line, to run from a checkout)
+from rollout_assets.demo import RoundSpec, write_demo  # noqa: E402 (after the sys.path line, to run from a checkout)
 
 
 def tick(instance, root: Path, cursor: str | None) -> tuple[float, SensorResult | SkipReason, str | None]:

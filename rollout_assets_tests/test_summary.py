@@ -17,6 +17,7 @@ from dagster import Definitions, evaluate_automation_conditions, instance_for_te
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.summary import rounds_summary
+from rollout_assets.stages import RoundOutputs
 from rollout_assets.summary import (
     SUMMARY_COLUMNS,
     SUMMARY_TYPES,
@@ -282,9 +283,7 @@ def test_a_cost_sum_beyond_a_double_is_an_unknown_cost_not_a_crash(tmp_path: Pat
     assert "| proposer | 1 | 0 | — | 1.5000 |" in stats_table(stats).splitlines()
 
 
-def _stats_file(folder: Path, stats: dict) -> "RoundOutputs":
-    from rollout_assets.stages import RoundOutputs
-
+def _stats_file(folder: Path, stats: dict) -> RoundOutputs:
     folder.mkdir(parents=True)
     (folder / "rollout-stats.json").write_text(json.dumps(stats))
     return RoundOutputs(folder)
