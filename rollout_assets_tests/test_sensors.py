@@ -383,6 +383,25 @@ def _start_writing(layout: DemoLayout, what: str) -> Path:
     if what == "round folder being copied":  # its improve-run is done, its proposer-shots not yet
         (layout.rounds_root / ROUND / "proposer-shots.partial").mkdir()
         return layout.rounds_root / ROUND
+    # `rsync -a` copies runs/ and patches/ after improve-run/: the round's own folder got its
+    # last entry long ago, and only the folder being filled below it is dated now.
+    runs = layout.rounds_root / ROUND / "runs"
+    if what == "runs being copied":  # the next run folder arrives
+        (runs / "gen-2-candidate-0").mkdir()
+        return runs
+    if what == "run folder being copied":  # a cell's run folder, its result.json not there yet
+        run_folder = next(path for path in sorted(runs.iterdir()) if path.is_dir())
+        (run_folder / "astropy__astropy-99999__rep0").mkdir()
+        return run_folder
+    if what == "cell's run folder being copied":  # its files arrive, result.json last
+        run_folder = next(path for path in sorted(runs.iterdir()) if path.is_dir())
+        cell_run = next(path for path in sorted(run_folder.iterdir()) if (path / "result.json").exists())
+        (cell_run / "worker.log").write_text("started\n", encoding="utf-8")
+        return cell_run
+    if what == "patches being copied":
+        patches = next(path for path in sorted((layout.rounds_root / ROUND / "patches").iterdir()) if path.is_dir())
+        (patches / ".astropy__astropy-99999__rep0.patch.partial").write_text("diff", encoding="utf-8")
+        return patches
     receipt = site["flat_receipt" if what == "receipt" else "per_author_receipt"].receipt_path
     # The writer's temporary file: not a receipt name, only its folder's mtime says so.
     (receipt.parent / "gen9-cand0-shot0.json.partial").write_text("{", encoding="utf-8")
@@ -398,6 +417,10 @@ def _start_writing(layout: DemoLayout, what: str) -> Path:
         "author receipt",
         "generation being copied",
         "round folder being copied",
+        "runs being copied",
+        "run folder being copied",
+        "cell's run folder being copied",
+        "patches being copied",
     ],
 )
 def test_a_round_whose_folders_are_being_written_waits(fresh: DemoLayout, what: str) -> None:

@@ -31,6 +31,29 @@ class RoundFingerprint:
     # folders): a cell whose arm is still running has a folder but no cached-result.json yet,
     # and only the folder's mtime says the round is being written.
     folders: tuple[str, ...] = field(default=(), repr=False)
+    # Every input path looked for, there or not: the folders holding them count too (below).
+    input_paths: tuple[str, ...] = field(default=(), repr=False)
+    round_dir: str = ""
+
+    def folders_being_filled(self) -> set[str]:
+        """`folders`, the round's top-level folders, and every folder from the round down to
+        each input path (a path outside the round: its own folder). A copy that keeps
+        timestamps (`cp -a`, `rsync -a`) dates every file and every finished folder in the
+        past; only the folders it is still filling are dated now, and those may be any of
+        these: `runs/` while its run folders arrive, a run folder before its result.json."""
+        folders = set(self.folders)
+        if not self.round_dir:
+            return folders
+        inside = self.round_dir + os.sep
+        folders.update(os.path.join(self.round_dir, name) for name in _listdir(self.round_dir))
+        for folder in {os.path.dirname(path) for path in self.input_paths}:
+            if not folder.startswith(inside):
+                folders.add(folder)
+                continue
+            while folder.startswith(inside) and folder not in folders:
+                folders.add(folder)
+                folder = os.path.dirname(folder)
+        return folders
 
     def last_written(self, latest: float) -> tuple[float, float]:
         """(the newest mtime of the files and folders up to `latest`, how far the furthest
@@ -38,7 +61,7 @@ class RoundFingerprint:
         a round about to be requested: an unchanged round's tick does not pay for them."""
         newest = ahead = 0.0
         times = list(self.file_mtimes)
-        for folder in self.folders:
+        for folder in self.folders_being_filled():
             try:
                 stat = os.stat(folder)
             except OSError:
@@ -147,7 +170,9 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
             continue
         mtimes.append(stat.st_mtime)
         digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-    return RoundFingerprint(digest.hexdigest()[:16], len(mtimes), cells, receipts, tuple(mtimes), tuple(folders))
+    return RoundFingerprint(
+        digest.hexdigest()[:16], len(mtimes), cells, receipts, tuple(mtimes), tuple(folders), tuple(files), str(out_dir)
+    )
 
 
 def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> RoundFingerprint:
