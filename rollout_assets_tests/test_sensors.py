@@ -766,6 +766,66 @@ def test_a_round_changed_while_its_untagged_run_read_it_is_run_again(tmp_path: P
     assert [partition for partition, _ in requested.requested] == [SMALL]
 
 
+# A run, the round changed, then that run re-executed: in a process of its own, since the
+# definitions read the variables naming the rounds and stores when they are imported.
+RUN_THEN_REEXECUTE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pathlib import Path
+    from dagster import DagsterInstance, ReexecutionOptions, execute_job, reconstructable
+    from rollout_assets.definitions import materialize_round_job
+    from rollout_assets.sources.fingerprint import fingerprint_round
+
+    round_key, out_dir, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+    provenance = os.path.join(out_dir, "improve-run", "loop-provenance.json")
+    tags = {"dagster/partition": round_key, "rollout/fingerprint": tag}
+    job = reconstructable(materialize_round_job)
+    with DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions("rounds", [round_key])
+        with execute_job(job, instance, tags=tags) as parent:
+            assert parent.success
+        os.utime(provenance, (time.time() - 1800, time.time() - 1800))  # the round changes
+        options = ReexecutionOptions(parent_run_id=parent.run_id)
+        with execute_job(job, instance, tags=tags, reexecution_options=options) as again:
+            assert again.success
+            print(json.dumps({"read": fingerprint_round(Path(out_dir)).digest, "tag": again.dagster_run.tags["rollout/fingerprint"]}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_reexecuted_run_records_the_inputs_it_read_not_its_parents_tag(tmp_path: Path) -> None:
+    """A re-execution carries its parent's tags, the fingerprint among them. The round changed
+    (A -> B) since the parent was requested: the re-execution reads B and must record B, or the
+    sensor would take B's ledger for A's and skip the round once it is back at A."""
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    age(layout.root, 3600)
+    out_dir = layout.rounds_root / SMALL
+    provenance = out_dir / "improve-run" / "loop-provenance.json"
+    a_times = provenance.stat()
+    state_a = fingerprint(out_dir)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_DIR / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
+    env.update(DAGSTER_HOME=str(home), **layout.environment(tmp_path / "ledgers"))
+
+    completed = subprocess.run(
+        [sys.executable, "-c", RUN_THEN_REEXECUTE, SMALL, str(out_dir), state_a], check=False, cwd=PROJECT_DIR,
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    reexecuted = json.loads(completed.stdout.splitlines()[-1])
+    with DagsterInstance.from_config(str(home)) as instance:
+        recorded = instance.fetch_materializations(AssetKey("rollout_stats"), limit=1).records[0]
+        os.utime(provenance, ns=(a_times.st_atime_ns, a_times.st_mtime_ns))  # back at state A
+        back_at_a = tick(layout.rounds_root, instance=instance)
+
+    assert reexecuted["tag"] == state_a != reexecuted["read"]
+    assert recorded.asset_materialization.metadata["input_fingerprint"].value == reexecuted["read"]
+    assert [partition for partition, _ in back_at_a.requested] == [SMALL]
+
+
 def _materialized_then_changed(tmp_path: Path) -> tuple[DemoLayout, DagsterInstance, dict[str, Any], Tick]:
     """SMALL materialized on a fresh instance from its inputs as they are (state A), then
     changed (state B) and requested by a tick; returns the layout, instance, resources and that tick."""

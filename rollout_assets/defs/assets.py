@@ -138,9 +138,13 @@ def _sensor_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | 
     run's tag when the sensor (or `rollout-assets materialize`) started it, else taken now,
     before the manifest reads anything. rollout_stats records it, and the sensor then does not
     run the same inputs again after a run started from the UI or `dagster asset materialize`.
-    A file changed after it was taken makes the sensor run the round again, never less."""
+    A file changed after it was taken makes the sensor run the round again, never less.
+
+    A re-execution (from the UI, or Dagster's automatic retries) carries its parent's tags,
+    and with them the fingerprint of the inputs as they were when the parent was requested:
+    it takes its own."""
     tagged = context.run.tags.get(FINGERPRINT_TAG)
-    if tagged:
+    if tagged and context.run.parent_run_id is None:
         return tagged
     try:
         return fingerprint_round(out_dir).digest
@@ -488,8 +492,9 @@ def rollout_stats(
             metadata={"round": key, "error": type(error).__name__},
         ) from error
     as_json = stats.to_json()
-    # The inputs the ledger was built from: the run's tag, or what its round_manifest took.
-    fingerprint = context.run.tags.get(FINGERPRINT_TAG) or recorded_fingerprint
+    # The inputs the ledger was built from, as its round_manifest recorded them. Not this run's
+    # tag: a run of rollout_stats alone may be tagged with inputs the ledger was not built from.
+    fingerprint = recorded_fingerprint
     metadata: dict[str, Any] = {
         **({FINGERPRINT_METADATA: fingerprint} if fingerprint else {}),
         "path": _path(outputs.stats),
