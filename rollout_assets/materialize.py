@@ -170,7 +170,11 @@ def materialize_rounds(round_keys: list[str]) -> int:
         instance = DagsterInstance.ephemeral()
     else:
         instance = DagsterInstance.get()
-    found = list_round_dirs(rounds_root.path, _PrintLog())
+    listing = list_round_dirs(rounds_root.path, _PrintLog())
+    if listing.root_problem is not None:
+        print(f"rollout-assets: error: {listing.root_problem}", file=sys.stderr)
+        return 1
+    found = listing.rounds
     keys = round_keys or sorted(found)
     unknown = [key for key in keys if key not in found]
     if unknown:

@@ -337,6 +337,23 @@ def test_rollout_assets_materialize_names_a_wrong_seconds_variable_in_one_line(v
     ]
 
 
+def test_rollout_assets_materialize_names_a_rounds_root_it_cannot_list_in_one_line(tmp_path: Path) -> None:
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
+    env.update({"ROLLOUT_ROUNDS_ROOT": str(tmp_path / "no-such-rounds"), "ROLLOUT_LEDGER_ROOT": str(tmp_path / "ledgers")})
+
+    completed = subprocess.run(
+        [str(Path(sys.executable).parent / "rollout-assets"), "materialize"],
+        check=False, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
+    )  # fmt: skip
+
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines() == [
+        "DAGSTER_HOME is not set: using a temporary instance (nothing is kept for the UI)",
+        f"rollout-assets: error: rounds root {tmp_path / 'no-such-rounds'} cannot be listed (No such file or "
+        "directory): set ROLLOUT_ROUNDS_ROOT",
+    ]
+
+
 def test_an_empty_seconds_variable_means_the_default(load_definitions: Callable[..., Definitions]) -> None:
     resources = load_definitions(ROLLOUT_QUIET_PERIOD_SECONDS="").resources
     assert resources["round_discovery"].quiet_period_seconds == 120

@@ -559,6 +559,24 @@ def test_vanished_round_stays_in_the_cursor_and_is_logged_once(fresh: DemoLayout
     assert third.cursor == second.cursor
 
 
+@pytest.mark.parametrize("what", ["missing", "a file"])
+def test_a_rounds_root_that_cannot_be_listed_says_so_and_forgets_no_round(fresh: DemoLayout, what: str) -> None:
+    """Not one "directory disappeared" per known round: nothing is known of them until the
+    root can be listed again, and the cursor stays as it was."""
+    first = tick(fresh.rounds_root)
+    shutil.rmtree(fresh.rounds_root)
+    if what == "a file":
+        fresh.rounds_root.write_text("not a folder", encoding="utf-8")
+
+    second = tick(fresh.rounds_root, cursor=first.cursor)
+
+    why = "No such file or directory" if what == "missing" else "Not a directory"
+    problem = f"rounds root {fresh.rounds_root} cannot be listed ({why}): set ROLLOUT_ROUNDS_ROOT"
+    assert second.result == SkipReason(problem)
+    assert second.warnings() == [problem]
+    assert second.cursor == first.cursor
+
+
 def test_symlink_loops_and_dangling_links_in_the_root_do_not_stop_the_tick(fresh: DemoLayout) -> None:
     os.symlink("loop", fresh.rounds_root / "loop")
     os.symlink(fresh.root / "nowhere", fresh.rounds_root / "dangling")
@@ -596,7 +614,11 @@ TICK_AS_NOBODY = (
                 warnings.append(record.getMessage())
     resources = {"rounds_root": RoundsRoot(root_dir=sys.argv[1]), "round_discovery": RoundDiscovery(quiet_period_seconds=0)}
     # Dagster imports some of its modules on first use: the instance and context are made as root.
-    context = build_sensor_context(instance=DagsterInstance.ephemeral(), resources=resources)
+    instance = DagsterInstance.ephemeral()
+    cursor = sys.argv[2] if len(sys.argv) > 2 else None
+    if cursor:
+        instance.add_dynamic_partitions("rounds", list(json.loads(cursor)["rounds"]))
+    context = build_sensor_context(instance=instance, cursor=cursor, resources=resources)
     context.log.addHandler(Warnings())
     """
     )
@@ -631,6 +653,23 @@ def test_unreadable_folders_do_not_stop_the_tick(world_readable_tmp: Path) -> No
     assert json.loads(result.stdout) == {
         "requested": [ROUND],
         "warnings": [f"skipping {locked_root_entry}: [Errno 13] Permission denied: '{locked_root_entry / 'improve-run'}'"],
+    }
+
+
+def test_a_round_folder_it_cannot_enter_is_skipped_not_taken_for_gone(world_readable_tmp: Path) -> None:
+    layout = write_rounds(world_readable_tmp / "demo")
+    first = tick(layout.rounds_root)
+    out_dir = layout.rounds_root / ROUND
+    out_dir.chmod(0)
+    try:
+        result = run_unprivileged(TICK_AS_NOBODY, str(layout.rounds_root), first.cursor)
+    finally:
+        out_dir.chmod(0o755)
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "requested": [],
+        "warnings": [f"skipping {out_dir}: [Errno 13] Permission denied: '{out_dir / 'improve-run'}'"],
     }
 
 

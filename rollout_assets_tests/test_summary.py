@@ -151,7 +151,7 @@ def test_a_round_named_like_the_summary_file_is_refused_and_the_summary_still_wr
     assert metadata["invalid_partition_keys"] == ["rounds-summary.parquet"]
     # The sensor and `rollout-assets materialize` skip the directory for the same reason.
     skipped = []
-    assert list_round_dirs(rounds_root, SimpleNamespace(warning=skipped.append)) == {}
+    assert list_round_dirs(rounds_root, SimpleNamespace(warning=skipped.append)).rounds == {}
     assert skipped == [
         f"skipping {rounds_root / 'rounds-summary.parquet'}: {round_key_problem('rounds-summary.parquet')}"
     ]

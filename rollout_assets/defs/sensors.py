@@ -3,6 +3,7 @@
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,24 @@ def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str |
     return entry.value if entry is not None and isinstance(entry.value, str) else None
 
 
-def list_round_dirs(root: Path, log) -> dict[str, Path]:
-    """Valid round directories under the root by partition key; anything else is logged and skipped."""
-    rounds: dict[str, Path] = {}
+@dataclass(frozen=True)
+class RoundDirs:
+    """What listing the rounds root found."""
+
+    rounds: dict[str, Path] = field(default_factory=dict)  # valid round directories by partition key
+    unreadable: frozenset[str] = frozenset()  # entries that could not be looked into: not gone
+    root_problem: str | None = None  # why the rounds root itself cannot be listed
+
+
+def list_round_dirs(root: Path, log) -> RoundDirs:
+    """Valid round directories under the root by partition key; any other entry is logged and
+    skipped. A rounds root that cannot be listed is not logged: the caller says so."""
     try:
         names = sorted(os.listdir(root))
     except OSError as error:
-        log.warning(f"rounds root {root} cannot be listed ({error.strerror}): set ROLLOUT_ROUNDS_ROOT")
-        return rounds
+        return RoundDirs(root_problem=f"rounds root {root} cannot be listed ({error.strerror}): set ROLLOUT_ROUNDS_ROOT")
+    rounds: dict[str, Path] = {}
+    unreadable: set[str] = set()
     for name in names:
         path = root / name
         try:
@@ -83,13 +94,14 @@ def list_round_dirs(root: Path, log) -> dict[str, Path]:
                 continue
         except OSError as error:  # unreadable entry, symlink loop, vanished mid-scan
             log.warning(f"skipping {path}: {error}")
+            unreadable.add(name)
             continue
         problem = round_key_problem(name)
         if problem is not None:
             log.warning(f"skipping {path}: {problem}")
             continue
         rounds[name] = path
-    return rounds
+    return RoundDirs(rounds, frozenset(unreadable))
 
 
 @sensor(
@@ -132,7 +144,12 @@ def round_dirs_sensor(
     # equal a counted one.
     request_counts: dict[str, int] = dict(cursor.get("requests", {}))
     previously_missing = set(cursor.get("missing", []))
-    found = list_round_dirs(rounds_root.path, context.log)
+    listing = list_round_dirs(rounds_root.path, context.log)
+    if listing.root_problem is not None:
+        # Not "every round disappeared": nothing is known of them until the root can be listed.
+        context.log.warning(listing.root_problem)
+        return SkipReason(listing.root_problem)
+    found = listing.rounds
     # One query for every partition, not one per round and tick.
     partitions = set(context.instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME))
     now = time.time()
@@ -199,7 +216,8 @@ def round_dirs_sensor(
             )
         )
         requested[key] = fingerprint.digest
-    missing = sorted(key for key in requested if key not in found)
+    # A round whose folder could not be looked into is still there: skipped with its warning.
+    missing = sorted(key for key in requested if key not in found and key not in listing.unreadable)
     for key in sorted(set(missing) - previously_missing):
         context.log.warning(f"round {key}: directory disappeared; its partition and ledger are left in place")
     for key in waiting:
