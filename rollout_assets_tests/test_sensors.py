@@ -298,6 +298,55 @@ def test_a_cursor_without_request_counts_is_still_read(fresh: DemoLayout) -> Non
     assert changed.cursor == cursor_of({ROUND: new}, requests={ROUND: 1})
 
 
+def test_a_deleted_cursor_takes_the_request_counts_from_the_sensors_runs(fresh: DemoLayout) -> None:
+    """Counted from 1 again, the round's next key could be one Dagster has seen (the round at
+    state A, requested first, is at A again) and would be skipped without a word."""
+    out_dir = fresh.rounds_root / ROUND
+    instance = DagsterInstance.ephemeral()
+    state_a = fingerprint(out_dir)
+    for number, state in ((1, state_a), (2, "b0b0b0b0b0b0b0b0")):  # runs the sensor requested: A, then B
+        tags = {"dagster/sensor_name": "round_dirs_sensor", "dagster/run_key": key_of(ROUND, state, number)}
+        instance.add_run(DagsterRun(job_name="materialize_round", status=DagsterRunStatus.SUCCESS, tags=tags))
+    # Another sensor's run, and one from before request counts, whose key ends in a fingerprint.
+    instance.add_run(DagsterRun(job_name="x", tags={"dagster/sensor_name": "other", "dagster/run_key": f"{ROUND}:a:7"}))
+    instance.add_run(
+        DagsterRun(job_name="x", tags={"dagster/sensor_name": "round_dirs_sensor", "dagster/run_key": f"{ROUND}:99"})
+    )
+    instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [ROUND])
+
+    after_delete = tick(fresh.rounds_root, instance=instance)
+
+    assert after_delete.requested == [(ROUND, key_of(ROUND, state_a, 3))]
+    assert after_delete.cursor == cursor_of({ROUND: state_a}, requests={ROUND: 3})
+
+
+@pytest.mark.parametrize(
+    ("cursor", "why"),
+    [
+        ("{", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+        ("null", "it is not a JSON object"),
+        ('{"rounds": {"r": 1}}', "its 'rounds' is not an object of str values by round"),
+        ('{"rounds": {}, "requests": {"r": "3"}}', "its 'requests' is not an object of int values by round"),
+        ('{"rounds": {}, "requests": {"r": true}}', "its 'requests' is not an object of int values by round"),
+        ('{"rounds": {}, "requests": {}, "missing": "r"}', "its 'missing' is not a list of rounds"),
+    ],
+    ids=["torn JSON", "null", "a number for a fingerprint", "a string for a count", "true for a count", "a string for missing"],
+)
+def test_a_cursor_it_did_not_write_stops_the_tick_with_one_sentence_naming_it(
+    fresh: DemoLayout, cursor: str, why: str
+) -> None:
+    from rollout_assets.defs.sensors import CursorError
+
+    with pytest.raises(CursorError) as raised:
+        tick(fresh.rounds_root, cursor=cursor, instance=DagsterInstance.ephemeral())
+
+    assert str(raised.value) == (
+        f"the cursor of round_dirs_sensor cannot be read ({why}): delete it (`dagster sensor cursor "
+        "round_dirs_sensor --delete -w workspace.yaml`, or in the UI): the next tick rebuilds it, taking the "
+        "request counts from this sensor's runs"
+    )
+
+
 @pytest.mark.parametrize("patch", ["candidate diff appears", "cell patch vanishes"])
 def test_a_patch_file_the_manifest_lists_requests_a_new_run(fresh: DemoLayout, patch: str) -> None:
     """`candidates/<commit10>.patch` sets a candidate's diffPath (and its proposer lines'

@@ -17,6 +17,7 @@ from dagster import (
     DagsterInstance,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -104,6 +105,55 @@ def list_round_dirs(root: Path, log) -> RoundDirs:
     return RoundDirs(rounds, frozenset(unreadable))
 
 
+class CursorError(ValueError):
+    """The sensor's cursor is not the JSON it writes."""
+
+
+_CURSOR_HELP = (
+    "delete it (`dagster sensor cursor round_dirs_sensor --delete -w workspace.yaml`, or in the UI): "
+    "the next tick rebuilds it, taking the request counts from this sensor's runs"
+)
+
+
+def _str_mapping(value: Any, what: str, value_type: type) -> dict:
+    if not isinstance(value, dict) or not all(
+        isinstance(key, str) and type(item) is value_type for key, item in value.items()
+    ):
+        raise CursorError(f"its {what!r} is not an object of {value_type.__name__} values by round")
+    return dict(value)
+
+
+def read_cursor(text: str | None) -> tuple[dict[str, str], dict[str, int] | None, set[str]]:
+    """(fingerprint last requested by round, requests made by round or None when the cursor
+    keeps no counts, rounds already logged as gone) from the cursor; CursorError naming the
+    cursor and the way out when it is not what this sensor writes (edited by hand, say)."""
+    if not text:
+        return {}, None, set()
+    try:
+        cursor = json.loads(text)
+        if not isinstance(cursor, dict):
+            raise CursorError("it is not a JSON object")
+        requested = _str_mapping(cursor.get("rounds", {}), "rounds", str)
+        counts = _str_mapping(cursor["requests"], "requests", int) if "requests" in cursor else None
+        missing = cursor.get("missing", [])
+        if not isinstance(missing, list) or not all(isinstance(key, str) for key in missing):
+            raise CursorError("its 'missing' is not a list of rounds")
+    except (ValueError, RecursionError) as error:  # CursorError and json's own errors
+        raise CursorError(f"the cursor of round_dirs_sensor cannot be read ({error}): {_CURSOR_HELP}") from error
+    return requested, counts, set(missing)
+
+
+def request_counts_from_runs(instance: DagsterInstance) -> dict[str, int]:
+    """The highest request number n by round among the run keys `<round>:<fingerprint>:<n>`
+    of this sensor's runs (Dagster tags each run a sensor requests with its name and run key)."""
+    counts: dict[str, int] = {}
+    for run in instance.get_runs(RunsFilter(tags={"dagster/sensor_name": "round_dirs_sensor"})):
+        parts = run.tags.get("dagster/run_key", "").split(":")
+        if len(parts) == 3 and parts[2].isdigit():  # not `<round>:<fingerprint>`, from before counts
+            counts[parts[0]] = max(counts.get(parts[0], 0), int(parts[2]))
+    return counts
+
+
 @sensor(
     job=materialize_round,
     minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
@@ -135,15 +185,16 @@ def round_dirs_sensor(
     - A round whose directory disappeared keeps its partition and ledger; the log says so.
     - The cursor is JSON `{"rounds": {round: fingerprint last requested}, "requests": {round:
       n}, "missing": [...]}`, so a restart neither re-runs unchanged rounds nor misses changed ones.
+      Without counts (deleted, or older), they come from the run keys of the sensor's runs; a
+      cursor of another shape stops the tick (CursorError, saying to delete it).
     """
-    cursor = json.loads(context.cursor) if context.cursor else {}
-    requested: dict[str, str] = dict(cursor.get("rounds", {}))
-    # Dagster skips a request whose run key was used before, so the fingerprint alone cannot be
-    # the key: a round changed back to an earlier state (A -> B -> A) would never run again.
-    # A cursor written before the counter has none; its keys `<round>:<fingerprint>` cannot
-    # equal a counted one.
-    request_counts: dict[str, int] = dict(cursor.get("requests", {}))
-    previously_missing = set(cursor.get("missing", []))
+    requested, request_counts, previously_missing = read_cursor(context.cursor)
+    if request_counts is None:
+        # Dagster skips a request whose run key was used before, so the fingerprint alone cannot
+        # be the key: a round changed back to an earlier state (A -> B -> A) would never run
+        # again. A cursor without counts (deleted, or written before counts were kept) takes
+        # them from the run keys of this sensor's runs.
+        request_counts = request_counts_from_runs(context.instance)
     listing = list_round_dirs(rounds_root.path, context.log)
     if listing.root_problem is not None:
         # Not "every round disappeared": nothing is known of them until the root can be listed.
