@@ -12,7 +12,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,9 @@ SUMMARY_TYPES = {
     "cost_usd": "float64",
     "cost_usd_recorded": "float64",
     "opencode_db_available": "bool",
+    # False for a round whose directory is gone from the rounds root (renamed or removed): its
+    # ledger stays, and a renamed round has a second row under its new name.
+    "round_dir_present": "bool",
 }
 SUMMARY_COLUMNS = list(SUMMARY_TYPES)
 
@@ -65,7 +68,7 @@ def _episode_cost(stats: dict) -> tuple[float | None, float | None]:
     return (total if complete else None), total
 
 
-def summary_row(round_key: str, stats: dict) -> dict:
+def summary_row(round_key: str, stats: dict, round_dir_present: bool) -> dict:
     """One round's row (columns: SUMMARY_TYPES)."""
     lines = stats["lines"]
     by_role = stats["byRole"]
@@ -82,18 +85,23 @@ def summary_row(round_key: str, stats: dict) -> dict:
         "cost_usd": cost,
         "cost_usd_recorded": cost_recorded,
         "opencode_db_available": stats["opencodeDbAvailable"],
+        "round_dir_present": round_dir_present,
     }
 
 
-def build_rounds_summary(outputs_by_round: Iterable[tuple[str, RoundOutputs]]) -> tuple[pd.DataFrame, list[str]]:
-    """(the summary table, rounds skipped because they have no stats yet)."""
+def build_rounds_summary(
+    outputs_by_round: Iterable[tuple[str, RoundOutputs]], *, present: Container[str]
+) -> tuple[pd.DataFrame, list[str]]:
+    """(the summary table, rounds skipped because they have no stats yet); `present` holds the
+    rounds whose directory is in the rounds root."""
     rows, skipped = [], []
     for round_key, outputs in outputs_by_round:
         if not outputs.stats.is_file():
             skipped.append(round_key)
             continue
         try:
-            rows.append(summary_row(round_key, json.loads(outputs.stats.read_text(encoding="utf-8"))))
+            stats = json.loads(outputs.stats.read_text(encoding="utf-8"))
+            rows.append(summary_row(round_key, stats, round_key in present))
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise StatsFileError(
                 f"{outputs.stats} cannot be read as the stats of round {round_key} "

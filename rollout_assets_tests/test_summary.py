@@ -90,7 +90,9 @@ def test_a_round_without_stats_is_left_out_and_reported(tmp_path: Path) -> None:
              "opencodeDbAvailable": False, "rewardByRole": {}, "costUsdByRole": {}}
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "rollout-stats.json").write_text(json.dumps(stats))
-    frame, skipped = build_rounds_summary([("a", RoundOutputs(tmp_path / "a")), ("b", RoundOutputs(tmp_path / "b"))])
+    frame, skipped = build_rounds_summary(
+        [("a", RoundOutputs(tmp_path / "a")), ("b", RoundOutputs(tmp_path / "b"))], present={"a", "b"}
+    )
     assert skipped == ["b"]
     assert frame.to_dict("records")[0]["gap_rate"] == 0.5
     assert pd.isna(frame.to_dict("records")[0]["mean_reward_worker"])
@@ -101,6 +103,30 @@ def test_a_round_without_stats_is_left_out_and_reported(tmp_path: Path) -> None:
 def materialize_summary(instance, resources):
     return materialize([*ALL_ROUND_DEFS, rounds_summary], selection=[rounds_summary.key], instance=instance,
                        resources=resources, raise_on_error=False)
+
+
+def test_a_renamed_round_keeps_its_old_row_marked_as_gone(demo, tmp_path: Path) -> None:
+    """The old partition and its ledger stay (nothing is dropped), the new name gets a row of its
+    own, and `round_dir_present` tells the two apart."""
+    rounds_root = tmp_path / "rounds"
+    rounds_root.mkdir()
+    shutil.copytree(demo.rounds_root / SMALL_SPEC.name, rounds_root / "old-name", symlinks=True)
+    resources = round_resources(demo, tmp_path / "ledgers", rounds_root=rounds_root)
+    with instance_for_test() as instance:
+        assert materialize_round(instance, resources, "old-name").success
+        (rounds_root / "old-name").rename(rounds_root / "new-name")
+        assert materialize_round(instance, resources, "new-name").success
+        summary = materialize_summary(instance, resources)
+
+    assert summary.success, step_failures(summary)
+    frame = pd.read_parquet(tmp_path / "ledgers" / "rounds-summary.parquet")
+    assert frame[["round", "round_dir_present"]].to_dict("records") == [
+        {"round": "old-name", "round_dir_present": False},
+        {"round": "new-name", "round_dir_present": True},
+    ]
+    assert frame["lines"].iloc[0] == frame["lines"].iloc[1]
+    metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert metadata["rounds_without_directory"] == ["old-name"]
 
 
 def test_a_partition_key_that_cannot_be_a_round_is_left_out_of_the_summary_and_listed(demo, tmp_path: Path) -> None:
@@ -275,7 +301,7 @@ def test_a_cost_sum_beyond_a_double_is_an_unknown_cost_not_a_crash(tmp_path: Pat
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "rollout-stats.json").write_text(json.dumps(stats))
 
-    frame, _ = build_rounds_summary([("a", RoundOutputs(tmp_path / "a"))])
+    frame, _ = build_rounds_summary([("a", RoundOutputs(tmp_path / "a"))], present={"a"})
 
     assert pd.isna(frame.to_dict("records")[0]["cost_usd"])
     assert pd.isna(frame.to_dict("records")[0]["cost_usd_recorded"])
@@ -303,13 +329,13 @@ def test_the_summary_file_keeps_its_column_types_whatever_the_rows_hold(tmp_path
     import pyarrow.parquet as pq
 
     outputs = [("a", _stats_file(tmp_path / "a", NO_VERDICT_STATS))] if rounds != "no round" else []
-    frame, _ = build_rounds_summary(outputs)
+    frame, _ = build_rounds_summary(outputs, present={"a"})
     write_parquet_atomic(frame, tmp_path / "summary.parquet")
     full, _ = build_rounds_summary([("b", _stats_file(tmp_path / "b", {
         **NO_VERDICT_STATS, "rewardLabeled": 1,
         "rewardByRole": {"supervisor": {"labeled": 1, "mean": 1.0}},
         "costUsdByRole": {"supervisor": {"usd": 0.5, "linesWithCost": 1}, "proposer": {"usd": 1.0, "linesWithCost": 1}},
-    }))])  # fmt: skip
+    }))], present=set())  # fmt: skip
     write_parquet_atomic(full, tmp_path / "full.parquet")
 
     schema = pq.read_schema(tmp_path / "summary.parquet")
@@ -318,6 +344,7 @@ def test_the_summary_file_keeps_its_column_types_whatever_the_rows_hold(tmp_path
         "lines_proposer": "int64", "gap_lines": "int64", "gap_rate": "double", "reward_labeled_share": "double",
         "mean_reward_supervisor": "double", "mean_reward_worker": "double", "mean_reward_proposer": "double",
         "cost_usd": "double", "cost_usd_recorded": "double", "opencode_db_available": "bool",
+        "round_dir_present": "bool",
     }  # fmt: skip
     both = pa.concat_tables([pq.read_table(tmp_path / "summary.parquet"), pq.read_table(tmp_path / "full.parquet")])
     assert both.column("round").to_pylist() == [*(["a"] if outputs else []), "b"]
@@ -329,7 +356,7 @@ def test_a_round_missing_episode_costs_has_no_cost_but_the_sum_it_recorded(tmp_p
              "costUsdByRole": {"supervisor": {"usd": 3.25, "linesWithCost": 3},
                                "proposer": {"usd": 7.0, "linesWithCost": 2}}}  # fmt: skip
 
-    frame, _ = build_rounds_summary([("a", _stats_file(tmp_path / "a", stats))])
+    frame, _ = build_rounds_summary([("a", _stats_file(tmp_path / "a", stats))], present={"a"})
 
     row = frame.to_dict("records")[0]
     assert pd.isna(row["cost_usd"])  # 3 of 6 episode receipts: the round's cost is unknown

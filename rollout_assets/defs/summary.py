@@ -68,6 +68,13 @@ def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
     return grouped
 
 
+def _round_dir_present(rounds_root: RoundsRoot, key: str) -> bool:
+    try:
+        return (rounds_root.path / key).is_dir()
+    except OSError:  # there, but not to be looked into (permissions): not gone
+        return True
+
+
 @asset(
     # rollout_ledger too: a new ledger that fails its checks removes the round's stats without
     # rollout_stats being materialized, and the summary must then leave the round out.
@@ -101,8 +108,9 @@ def rounds_summary(
             invalid_keys.append(key)
             context.log.warning(f"partition {key!r} left out of the summary: {problem}")
     path = ledger_root.path / SUMMARY_FILE_NAME
+    present = {key for key in keys if _round_dir_present(rounds_root, key)}
     try:
-        frame, without_stats = build_rounds_summary((key, ledger_root.outputs(key)) for key in keys)
+        frame, without_stats = build_rounds_summary(((key, ledger_root.outputs(key)) for key in keys), present=present)
         write_parquet_atomic(frame, path)
     except StatsFileError as error:
         raise Failure(description=str(error), metadata={"error": type(error).__name__}) from error
@@ -115,6 +123,12 @@ def rounds_summary(
     reasons = _why_without_stats(context, without_stats, ledger_root)
     for reason, rounds in sorted(_grouped(reasons).items()):
         context.log.info(f"{len(rounds)} round(s) left out of the summary ({reason}): {_names(rounds)}")
+    gone = [key for key in frame["round"] if key not in present]
+    if gone:
+        context.log.info(
+            f"{len(gone)} round(s) in the summary whose directory is gone from the rounds root (renamed or "
+            f"removed; their ledgers stay, round_dir_present false): {_names(gone)}"
+        )
     total_lines = int(frame["lines"].sum()) if len(frame) else 0
     total_gaps = int(frame["gap_lines"].sum()) if len(frame) else 0
     return MaterializeResult(
@@ -125,6 +139,7 @@ def rounds_summary(
             "rounds_without_stats_list": MetadataValue.json(without_stats),
             "rounds_without_stats_reasons": MetadataValue.json(reasons),
             "invalid_partition_keys": MetadataValue.json(invalid_keys),
+            "rounds_without_directory": MetadataValue.json(gone),
             "lines": total_lines,
             "gap_rate": total_gaps / total_lines if total_lines else MetadataValue.null(),
             "summary": MetadataValue.md(markdown_table(frame)),
