@@ -485,6 +485,18 @@ def test_a_round_whose_folders_are_being_written_waits(fresh: DemoLayout, what: 
     assert settled.requested == [(ROUND, key_of(ROUND, fingerprint(fresh.rounds_root / ROUND)))]
 
 
+def test_a_round_reached_through_a_symlink_waits_while_its_runs_are_copied(fresh: DemoLayout, tmp_path: Path) -> None:
+    """Its run folders are written under the real path: they count all the same."""
+    age(fresh.root, 3600)
+    _start_writing(fresh, "run folder being copied")
+    linked_root = tmp_path / "linked"
+    linked_root.symlink_to(fresh.root)
+
+    waiting = tick(linked_root / "rounds", quiet=120)
+
+    assert waiting.result == SkipReason("no new or changed rounds; 1 still settling")
+
+
 def test_a_new_folder_alone_does_not_request_an_unchanged_round(fresh: DemoLayout) -> None:
     """Folder mtimes only delay a request: they are not in the fingerprint."""
     age(fresh.root, 3600)

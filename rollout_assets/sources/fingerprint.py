@@ -44,10 +44,13 @@ class RoundFingerprint:
         folders = set(self.folders)
         if not self.round_dir:
             return folders
-        inside = self.round_dir + os.sep
         folders.update(os.path.join(self.round_dir, name) for name in _listdir(self.round_dir))
+        # The round as given and as it really is: reached through a symlink (a rounds root on
+        # another disk, say), its run folders are written under the real path.
+        spellings = {self.round_dir + os.sep, os.path.realpath(self.round_dir) + os.sep}
         for folder in {os.path.dirname(path) for path in self.input_paths}:
-            if not folder.startswith(inside):
+            inside = next((spelling for spelling in spellings if folder.startswith(spelling)), None)
+            if inside is None:
                 folders.add(folder)
                 continue
             while folder.startswith(inside) and folder not in folders:
