@@ -320,6 +320,22 @@ def test_a_deleted_cursor_takes_the_request_counts_from_the_sensors_runs(fresh: 
     assert after_delete.cursor == cursor_of({ROUND: state_a}, requests={ROUND: 3})
 
 
+def test_a_cursor_set_back_to_an_earlier_tick_does_not_repeat_a_run_key(fresh: DemoLayout) -> None:
+    """`dagster sensor cursor --set` with an old tick's cursor: its count (1) is behind the runs
+    (3). Counting on from it would request `<round>:<fingerprint>:2`, a key Dagster has seen."""
+    out_dir = fresh.rounds_root / ROUND
+    instance = DagsterInstance.ephemeral()
+    current = fingerprint(out_dir)
+    for number, state in ((1, "a" * 16), (2, current), (3, "b" * 16)):
+        tags = {"dagster/sensor_name": "round_dirs_sensor", "dagster/run_key": key_of(ROUND, state, number)}
+        instance.add_run(DagsterRun(job_name="materialize_round", status=DagsterRunStatus.SUCCESS, tags=tags))
+    instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, [ROUND])
+
+    set_back = tick(fresh.rounds_root, cursor=cursor_of({ROUND: "a" * 16}, requests={ROUND: 1}), instance=instance)
+
+    assert set_back.requested == [(ROUND, key_of(ROUND, current, 4))]
+
+
 @pytest.mark.parametrize(
     ("cursor", "why"),
     [

@@ -185,16 +185,19 @@ def round_dirs_sensor(
     - A round whose directory disappeared keeps its partition and ledger; the log says so.
     - The cursor is JSON `{"rounds": {round: fingerprint last requested}, "requests": {round:
       n}, "missing": [...]}`, so a restart neither re-runs unchanged rounds nor misses changed ones.
-      Without counts (deleted, or older), they come from the run keys of the sensor's runs; a
-      cursor of another shape stops the tick (CursorError, saying to delete it).
+      A request's n also exceeds every n in the run keys of the sensor's runs of the round, so a
+      cursor deleted, older or set back never repeats a key; a cursor of another shape stops
+      the tick (CursorError, saying to delete it).
     """
-    requested, request_counts, previously_missing = read_cursor(context.cursor)
-    if request_counts is None:
-        # Dagster skips a request whose run key was used before, so the fingerprint alone cannot
-        # be the key: a round changed back to an earlier state (A -> B -> A) would never run
-        # again. A cursor without counts (deleted, or written before counts were kept) takes
-        # them from the run keys of this sensor's runs.
-        request_counts = request_counts_from_runs(context.instance)
+    requested, cursor_counts, previously_missing = read_cursor(context.cursor)
+    # Dagster skips a request whose run key was used before, without a word, so the fingerprint
+    # alone cannot be the key: a round changed back to an earlier state (A -> B -> A) would
+    # never run again. A request's number n is one more than both the cursor's count and the
+    # highest n among this sensor's runs of the round: a cursor deleted, older, or set back by
+    # hand to an earlier tick's never leads to a key Dagster has seen. The runs are read once
+    # a tick, and only when the tick requests a run.
+    request_counts: dict[str, int] = dict(cursor_counts or {})
+    counts_in_runs: dict[str, int] | None = None
     listing = list_round_dirs(rounds_root.path, context.log)
     if listing.root_problem is not None:
         # Not "every round disappeared": nothing is known of them until the root can be listed.
@@ -244,7 +247,9 @@ def round_dirs_sensor(
             continue
         if not has_partition:
             new_keys.append(key)
-        request_counts[key] = request_counts.get(key, 0) + 1
+        if counts_in_runs is None:
+            counts_in_runs = request_counts_from_runs(context.instance)
+        request_counts[key] = max(request_counts.get(key, 0), counts_in_runs.get(key, 0)) + 1
         run_requests.append(
             RunRequest(
                 partition_key=key,
