@@ -41,8 +41,9 @@ SUMMARY_TYPES = {
     "cost_usd_recorded": "float64",
     "opencode_db_available": "bool",
     # False for a round whose directory is gone from the rounds root (renamed or removed): its
-    # ledger stays, and a renamed round has a second row under its new name.
-    "round_dir_present": "bool",
+    # ledger stays, and a renamed round has a second row under its new name. Null when the
+    # rounds root could not be listed: then nothing is known of any round's directory.
+    "round_dir_present": "boolean",
 }
 SUMMARY_COLUMNS = list(SUMMARY_TYPES)
 
@@ -68,7 +69,7 @@ def _episode_cost(stats: dict) -> tuple[float | None, float | None]:
     return (total if complete else None), total
 
 
-def summary_row(round_key: str, stats: dict, round_dir_present: bool) -> dict:
+def summary_row(round_key: str, stats: dict, round_dir_present: bool | None) -> dict:
     """One round's row (columns: SUMMARY_TYPES)."""
     lines = stats["lines"]
     by_role = stats["byRole"]
@@ -90,10 +91,10 @@ def summary_row(round_key: str, stats: dict, round_dir_present: bool) -> dict:
 
 
 def build_rounds_summary(
-    outputs_by_round: Iterable[tuple[str, RoundOutputs]], *, present: Container[str]
+    outputs_by_round: Iterable[tuple[str, RoundOutputs]], *, present: Container[str] | None
 ) -> tuple[pd.DataFrame, list[str]]:
     """(the summary table, rounds skipped because they have no stats yet); `present` holds the
-    rounds whose directory is in the rounds root."""
+    rounds whose directory is in the rounds root, None when that cannot be told."""
     rows, skipped = [], []
     for round_key, outputs in outputs_by_round:
         if not outputs.stats.is_file():
@@ -101,7 +102,7 @@ def build_rounds_summary(
             continue
         try:
             stats = json.loads(outputs.stats.read_text(encoding="utf-8"))
-            rows.append(summary_row(round_key, stats, round_key in present))
+            rows.append(summary_row(round_key, stats, None if present is None else round_key in present))
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise StatsFileError(
                 f"{outputs.stats} cannot be read as the stats of round {round_key} "

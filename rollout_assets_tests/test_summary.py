@@ -129,6 +129,32 @@ def test_a_renamed_round_keeps_its_old_row_marked_as_gone(demo, tmp_path: Path) 
     assert metadata["rounds_without_directory"] == ["old-name"]
 
 
+def test_a_rounds_root_that_cannot_be_listed_marks_no_round_gone(demo, tmp_path: Path) -> None:
+    """An unmounted disk or a mistyped ROLLOUT_ROUNDS_ROOT says nothing of the rounds: their
+    column is null, not false, and none is listed as without a directory."""
+    rounds_root = tmp_path / "rounds"
+    rounds_root.mkdir()
+    shutil.copytree(demo.rounds_root / SMALL_SPEC.name, rounds_root / SMALL_SPEC.name, symlinks=True)
+    resources = round_resources(demo, tmp_path / "ledgers", rounds_root=rounds_root)
+    with instance_for_test() as instance:
+        assert materialize_round(instance, resources, SMALL_SPEC.name).success
+        rounds_root.rename(tmp_path / "unmounted")
+        summary = materialize_summary(instance, resources)
+        logs = [(entry.level, entry.user_message) for entry in instance.all_logs(summary.run_id)]
+
+    assert summary.success, step_failures(summary)
+    frame = pd.read_parquet(tmp_path / "ledgers" / "rounds-summary.parquet")
+    assert list(frame["round"]) == [SMALL_SPEC.name]
+    assert frame["round_dir_present"].isna().all()
+    metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
+    assert metadata["rounds_without_directory"] == []
+    warning = (
+        f"rounds root {rounds_root} cannot be listed (No such file or directory): round_dir_present is null in "
+        "every row; set ROLLOUT_ROUNDS_ROOT"
+    )
+    assert (logging.WARNING, warning) in logs
+
+
 def test_a_partition_key_that_cannot_be_a_round_is_left_out_of_the_summary_and_listed(demo, tmp_path: Path) -> None:
     ledger_root = tmp_path / "ledgers"
     resources = round_resources(demo, ledger_root)
@@ -260,8 +286,11 @@ def test_a_ledger_materialized_again_alone_leaves_the_round_out_as_stats_out_of_
 
 
 def _write_summaries(path: Path, tag: str, times: int) -> None:
-    frame = pd.DataFrame([{column: f"{tag}-{i}" if column == "round" else i for column in SUMMARY_COLUMNS}
-                          for i in range(5000)], columns=SUMMARY_COLUMNS).astype(SUMMARY_TYPES)  # fmt: skip
+    def value(column: str, i: int) -> object:
+        return f"{tag}-{i}" if column == "round" else i % 2 == 0 if SUMMARY_TYPES[column] in ("bool", "boolean") else i
+
+    frame = pd.DataFrame([{column: value(column, i) for column in SUMMARY_COLUMNS} for i in range(5000)],
+                         columns=SUMMARY_COLUMNS).astype(SUMMARY_TYPES)  # fmt: skip
     for _ in range(times):
         write_parquet_atomic(frame, path)
 

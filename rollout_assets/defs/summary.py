@@ -1,5 +1,7 @@
 """`rounds_summary`: the cross-round overview, one row per round (not partitioned)."""
 
+import os
+
 from dagster import (
     AssetExecutionContext,
     AutomationCondition,
@@ -68,11 +70,26 @@ def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
     return grouped
 
 
-def _round_dir_present(rounds_root: RoundsRoot, key: str) -> bool:
+def _rounds_present(context: AssetExecutionContext, rounds_root: RoundsRoot, keys: list[str]) -> set[str] | None:
+    """The rounds whose directory is in the rounds root; None, with a warning, when the root
+    cannot be listed (missing, unmounted, another ROLLOUT_ROUNDS_ROOT): then nothing is known
+    of any round's directory, and no round is marked gone."""
     try:
-        return (rounds_root.path / key).is_dir()
-    except OSError:  # there, but not to be looked into (permissions): not gone
-        return True
+        os.listdir(rounds_root.path)
+    except OSError as error:
+        context.log.warning(
+            f"rounds root {rounds_root.path} cannot be listed ({error.strerror}): round_dir_present is null "
+            "in every row; set ROLLOUT_ROUNDS_ROOT"
+        )
+        return None
+    present = set()
+    for key in keys:
+        try:
+            if (rounds_root.path / key).is_dir():
+                present.add(key)
+        except OSError:  # there, but not to be looked into (permissions): not gone
+            present.add(key)
+    return present
 
 
 @asset(
@@ -108,7 +125,7 @@ def rounds_summary(
             invalid_keys.append(key)
             context.log.warning(f"partition {key!r} left out of the summary: {problem}")
     path = ledger_root.path / SUMMARY_FILE_NAME
-    present = {key for key in keys if _round_dir_present(rounds_root, key)}
+    present = _rounds_present(context, rounds_root, keys)
     try:
         frame, without_stats = build_rounds_summary(((key, ledger_root.outputs(key)) for key in keys), present=present)
         write_parquet_atomic(frame, path)
@@ -123,7 +140,7 @@ def rounds_summary(
     reasons = _why_without_stats(context, without_stats, ledger_root)
     for reason, rounds in sorted(_grouped(reasons).items()):
         context.log.info(f"{len(rounds)} round(s) left out of the summary ({reason}): {_names(rounds)}")
-    gone = [key for key in frame["round"] if key not in present]
+    gone = [key for key in frame["round"] if present is not None and key not in present]
     if gone:
         context.log.info(
             f"{len(gone)} round(s) in the summary whose directory is gone from the rounds root (renamed or "
