@@ -157,8 +157,10 @@ def _remove_stale_temp_files(path: Path) -> None:
 
 def markdown_table(frame: pd.DataFrame) -> str:
     """The summary as a Markdown table (pandas' to_markdown needs tabulate; this does not)."""
+    import pandas as pd
+
     def cell(value) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
             return "—"
         if isinstance(value, float):
             return f"{value:.3f}"

@@ -148,6 +148,7 @@ def test_a_rounds_root_that_cannot_be_listed_marks_no_round_gone(demo, tmp_path:
     assert frame["round_dir_present"].isna().all()
     metadata = metadata_values(summary.asset_materializations_for_node("rounds_summary")[0].metadata)
     assert metadata["rounds_without_directory"] == []
+    assert metadata["summary"].splitlines()[-1].endswith("| True | — |")  # unknown, not "<NA>"
     warning = (
         f"rounds root {rounds_root} cannot be listed (No such file or directory): round_dir_present is null in "
         "every row; set ROLLOUT_ROUNDS_ROOT"
