@@ -319,15 +319,19 @@ def test_a_seconds_variable_that_is_no_whole_number_stops_loading_with_one_sente
     )
 
 
-@pytest.mark.parametrize("variable", ["ROLLOUT_SENSOR_INTERVAL_SECONDS", "ROLLOUT_QUIET_PERIOD_SECONDS"])
-def test_rollout_assets_materialize_names_a_wrong_seconds_variable_in_one_line(variable: str, tmp_path: Path) -> None:
+def _materialize_command(**variables: str) -> subprocess.CompletedProcess[str]:
+    """`rollout-assets materialize` with only `variables` of the ROLLOUT_/DAGSTER_ ones set."""
     env = {key: val for key, val in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
-    env.update({variable: "2m", "ROLLOUT_ROUNDS_ROOT": str(tmp_path)})
-
-    completed = subprocess.run(
+    env.update(variables)
+    return subprocess.run(
         [str(Path(sys.executable).parent / "rollout-assets"), "materialize"],
         check=False, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("variable", ["ROLLOUT_SENSOR_INTERVAL_SECONDS", "ROLLOUT_QUIET_PERIOD_SECONDS"])
+def test_rollout_assets_materialize_names_a_wrong_seconds_variable_in_one_line(variable: str, tmp_path: Path) -> None:
+    completed = _materialize_command(**{variable: "2m", "ROLLOUT_ROUNDS_ROOT": str(tmp_path)})
 
     assert completed.returncode == 2
     assert completed.stderr.splitlines() == [
@@ -338,13 +342,9 @@ def test_rollout_assets_materialize_names_a_wrong_seconds_variable_in_one_line(v
 
 
 def test_rollout_assets_materialize_names_a_rounds_root_it_cannot_list_in_one_line(tmp_path: Path) -> None:
-    env = {key: val for key, val in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
-    env.update({"ROLLOUT_ROUNDS_ROOT": str(tmp_path / "no-such-rounds"), "ROLLOUT_LEDGER_ROOT": str(tmp_path / "ledgers")})
-
-    completed = subprocess.run(
-        [str(Path(sys.executable).parent / "rollout-assets"), "materialize"],
-        check=False, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
-    )  # fmt: skip
+    completed = _materialize_command(
+        ROLLOUT_ROUNDS_ROOT=str(tmp_path / "no-such-rounds"), ROLLOUT_LEDGER_ROOT=str(tmp_path / "ledgers")
+    )
 
     assert completed.returncode == 1
     assert completed.stderr.splitlines() == [

@@ -809,14 +809,21 @@ def test_a_partition_deleted_while_its_directory_stays_is_added_again_without_a_
     assert second.cursor == first.cursor
 
 
-@pytest.mark.slow
-def test_a_round_the_materialize_command_ran_is_not_run_again_until_it_changes(tmp_path: Path) -> None:
-    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+def persistent_instance_environment(tmp_path: Path, layout: DemoLayout) -> tuple[Path, dict[str, str]]:
+    """(a DAGSTER_HOME with the shipped local dagster.yaml, the environment of a child process
+    that runs on it against `layout`, writing ledgers under tmp_path/ledgers)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(PROJECT_DIR / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
     env.update(DAGSTER_HOME=str(home), **layout.environment(tmp_path / "ledgers"))
+    return home, env
+
+
+@pytest.mark.slow
+def test_a_round_the_materialize_command_ran_is_not_run_again_until_it_changes(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    home, env = persistent_instance_environment(tmp_path, layout)
 
     # What demo.sh does before the UI starts.
     completed = subprocess.run(
@@ -920,11 +927,7 @@ def test_a_reexecuted_run_records_the_inputs_it_read_not_its_parents_tag(tmp_pat
     provenance = out_dir / "improve-run" / "loop-provenance.json"
     a_times = provenance.stat()
     state_a = fingerprint(out_dir)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_DIR / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("ROLLOUT_", "DAGSTER_"))}
-    env.update(DAGSTER_HOME=str(home), **layout.environment(tmp_path / "ledgers"))
+    home, env = persistent_instance_environment(tmp_path, layout)
 
     completed = subprocess.run(
         [sys.executable, "-c", RUN_THEN_REEXECUTE, SMALL, str(out_dir), state_a], check=False, cwd=PROJECT_DIR,

@@ -123,18 +123,18 @@ def _str_mapping(value: Any, what: str, value_type: type) -> dict:
     return dict(value)
 
 
-def read_cursor(text: str | None) -> tuple[dict[str, str], dict[str, int] | None, set[str]]:
-    """(fingerprint last requested by round, requests made by round or None when the cursor
-    keeps no counts, rounds already logged as gone) from the cursor; CursorError naming the
-    cursor and the way out when it is not what this sensor writes (edited by hand, say)."""
+def read_cursor(text: str | None) -> tuple[dict[str, str], dict[str, int], set[str]]:
+    """(fingerprint last requested by round, requests made by round, rounds already logged as
+    gone) from the cursor, each empty when it has none; CursorError naming the cursor and the
+    way out when it is not what this sensor writes (edited by hand, say)."""
     if not text:
-        return {}, None, set()
+        return {}, {}, set()
     try:
         cursor = json.loads(text)
         if not isinstance(cursor, dict):
             raise CursorError("it is not a JSON object")
         requested = _str_mapping(cursor.get("rounds", {}), "rounds", str)
-        counts = _str_mapping(cursor["requests"], "requests", int) if "requests" in cursor else None
+        counts = _str_mapping(cursor.get("requests", {}), "requests", int)
         missing = cursor.get("missing", [])
         if not isinstance(missing, list) or not all(isinstance(key, str) for key in missing):
             raise CursorError("its 'missing' is not a list of rounds")
@@ -189,14 +189,13 @@ def round_dirs_sensor(
       cursor deleted, older or set back never repeats a key; a cursor of another shape stops
       the tick (CursorError, saying to delete it).
     """
-    requested, cursor_counts, previously_missing = read_cursor(context.cursor)
+    requested, request_counts, previously_missing = read_cursor(context.cursor)
     # Dagster skips a request whose run key was used before, without a word, so the fingerprint
     # alone cannot be the key: a round changed back to an earlier state (A -> B -> A) would
     # never run again. A request's number n is one more than both the cursor's count and the
     # highest n among this sensor's runs of the round: a cursor deleted, older, or set back by
     # hand to an earlier tick's never leads to a key Dagster has seen. The runs are read once
     # a tick, and only when the tick requests a run.
-    request_counts: dict[str, int] = dict(cursor_counts or {})
     counts_in_runs: dict[str, int] | None = None
     listing = list_round_dirs(rounds_root.path, context.log)
     if listing.root_problem is not None:

@@ -75,7 +75,7 @@ def _rounds_present(context: AssetExecutionContext, rounds_root: RoundsRoot, key
     cannot be listed (missing, unmounted, another ROLLOUT_ROUNDS_ROOT): then nothing is known
     of any round's directory, and no round is marked gone."""
     try:
-        os.listdir(rounds_root.path)
+        names = set(os.listdir(rounds_root.path))
     except OSError as error:
         context.log.warning(
             f"rounds root {rounds_root.path} cannot be listed ({error.strerror}): round_dir_present is null "
@@ -83,7 +83,7 @@ def _rounds_present(context: AssetExecutionContext, rounds_root: RoundsRoot, key
         )
         return None
     present = set()
-    for key in keys:
+    for key in names.intersection(keys):
         try:
             if (rounds_root.path / key).is_dir():
                 present.add(key)
