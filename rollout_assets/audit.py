@@ -36,9 +36,9 @@ import orjson
 from pydantic import ValidationError
 
 from rollout_assets.ledger.schema import RolloutLine
-from rollout_assets.sources.jsonfiles import MAX_NESTING  # the rule, not the reader
+from rollout_assets.io import MAX_NESTING  # the rule, not the reader
 # The file primitive, not the reader: opens without blocking on a FIFO, refuses what is no file.
-from rollout_assets.sources.jsonfiles import read_regular_file
+from rollout_assets.io import read_regular_file
 
 SAMPLE_SIZE = 10
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 # of Ctrl-C, so an interrupt right after Enter is one line too, not a traceback.
 from rollout_assets.paths import is_inside, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR, unreadable_folder_reason
-from rollout_assets.sources.jsonfiles import to_indented_json
+from rollout_assets.io import to_indented_json
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
 

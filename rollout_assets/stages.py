@@ -52,7 +52,7 @@ from rollout_assets.backfill.parallel import (
     write_units,
 )
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter, decode_record, iter_jsonl, validate_line
-from rollout_assets.sources.jsonfiles import to_indented_json
+from rollout_assets.io import to_indented_json
 from rollout_assets.sources.round import (
     RoundInputError,
     RoundManifest,

@@ -16,7 +16,7 @@ from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout_assets.sources.jsonfiles import finite_or_none
+from rollout_assets.io import finite_or_none
 from rollout_assets.stages import RoundOutputs
 
 if TYPE_CHECKING:

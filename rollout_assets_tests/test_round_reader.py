@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_assets.sources.jsonfiles import round_half_up
+from rollout_assets.io import round_half_up
 from rollout_assets.sources.round import (
     RoundInputError,
     build_manifest,
@@ -854,7 +854,7 @@ def test_resolving_the_out_dir_keeps_a_symlinked_name(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("as_bytes", [True, False])
 def test_json_nested_exactly_to_the_limit_is_read_and_one_level_more_is_refused(as_bytes: bool) -> None:
-    from rollout_assets.sources.jsonfiles import MAX_NESTING, NotJson, parse_json
+    from rollout_assets.io import MAX_NESTING, NotJson, parse_json
 
     def nested(depth: int) -> str | bytes:
         text = "[" * depth + "]" * depth

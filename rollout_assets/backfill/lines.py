@@ -16,7 +16,7 @@ from rollout_assets.backfill import gaps
 from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id, worker_rollout_id
 from rollout_assets.ledger import ROLLOUT_SCHEMA
 from rollout_assets.sources.claude import ClaudeTranscript, ClaudeUsage
-from rollout_assets.sources.jsonfiles import (
+from rollout_assets.io import (
     finite_or_none,
     integer_or_none,
     is_number,

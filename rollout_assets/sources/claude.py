@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_assets.sources.jsonfiles import (
+from rollout_assets.io import (
     NotARegularFile,
     NotJson,
     is_number,

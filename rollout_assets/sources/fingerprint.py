@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
-from rollout_assets.sources.jsonfiles import read_regular_file, string_or_none
+from rollout_assets.io import read_regular_file, string_or_none
 from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
 
-from rollout_assets.sources.jsonfiles import NotJson, is_number, is_record, parse_json, to_json_text
+from rollout_assets.io import NotJson, is_number, is_record, parse_json, to_json_text
 
 DEFAULT_OPENCODE_DB = os.path.join(os.path.expanduser("~"), ".local", "share", "opencode", "opencode.db")
 

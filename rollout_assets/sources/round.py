@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, overload
 
-from rollout_assets.sources.jsonfiles import (
+from rollout_assets.io import (
     NotJson,
     finite_or_none,
     integer_or_none,
