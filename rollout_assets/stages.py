@@ -23,6 +23,7 @@ round's transcripts in memory.
 
 from __future__ import annotations
 
+from rollout_assets.errors import RoundError
 import dataclasses
 import itertools
 import json
@@ -65,15 +66,15 @@ from rollout_assets.sources.round import (
 ProgressLog = Callable[[str], None]
 
 
-class RoundChangedError(RuntimeError):
+class RoundChangedError(RoundError, RuntimeError):
     """The round's files changed between two stages of one materialization."""
 
 
-class StageMismatchError(RuntimeError):
+class StageMismatchError(RoundError, RuntimeError):
     """Two stage files of one round do not fit together (a stage is stale or damaged)."""
 
 
-class TranscriptLossError(RuntimeError):
+class TranscriptLossError(RoundError, RuntimeError):
     """The rebuilt ledger would drop or shorten transcripts the current one holds (see
     backfill/losses.py); `lost` lists them all."""
 

@@ -9,6 +9,7 @@ ledger root holds itself (`rounds-summary.parquet`): that round's folder would c
 
 from __future__ import annotations
 
+from rollout_assets.errors import RoundError
 import re
 
 from dagster import DynamicPartitionsDefinition
@@ -25,7 +26,7 @@ SUMMARY_FILE_NAME = "rounds-summary.parquet"
 LEDGER_ROOT_FILES = {SUMMARY_FILE_NAME: "the cross-round summary file"}
 
 
-class InvalidRoundKey(ValueError):
+class InvalidRoundKey(RoundError, ValueError):
     """A directory name that cannot be a `rounds` partition key."""
 
 

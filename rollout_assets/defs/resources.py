@@ -17,6 +17,7 @@ opencode store, is refused before anything is written (`LedgerRoot.check_apart_f
 
 from __future__ import annotations
 
+from rollout_assets.errors import RoundError
 import os
 import re
 from pathlib import Path
@@ -29,7 +30,7 @@ from rollout_assets.sources.claude import unreadable_folder_reason
 from rollout_assets.stages import RoundOutputs
 
 
-class ConfigurationError(RuntimeError):
+class ConfigurationError(RoundError, RuntimeError):
     """A resource points at something unusable; the message says which variable to set."""
 
 

@@ -8,6 +8,7 @@ Lines are plain dicts produced elsewhere. The writer validates each one and writ
 dict itself, key order included: it never rewrites a line through the model.
 """
 
+from rollout_assets.errors import RoundError
 import contextlib
 import fcntl
 import json
@@ -96,7 +97,7 @@ def serialize_line(line: dict[str, Any]) -> str:
     return _encode_record(line)[:-1].decode("utf-8")
 
 
-class WriterBusyError(RuntimeError):
+class WriterBusyError(RoundError, RuntimeError):
     """Another process is writing the same file right now."""
 
 

@@ -12,6 +12,7 @@ Nothing here writes anywhere.
 
 from __future__ import annotations
 
+from rollout_assets.errors import RoundError
 import errno
 import hashlib
 import itertools
@@ -47,7 +48,7 @@ _CANDIDATE_DIR = re.compile(r"^candidate-(\d+)\Z", re.ASCII)
 _SHOT_RECEIPT_NAME = re.compile(r"^gen(\d+)-cand(\d+)-shot(\d+)\.json\Z", re.ASCII)
 
 
-class RoundInputError(ValueError):
+class RoundInputError(RoundError, ValueError):
     """A round's evidence is corrupt: the message names the file and what is wrong with it."""
 
 
