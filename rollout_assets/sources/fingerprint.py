@@ -18,6 +18,12 @@ from rollout_assets.io import read_regular_file, string_or_none
 from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
 
 
+# One name for the input fingerprint wherever it is carried: the run tag the sensor sets, the
+# key in the stage records that pass it from round_manifest to rollout_stats, and the metadata
+# of rollout_stats the sensor reads back.
+INPUT_FINGERPRINT = "input_fingerprint"
+INPUT_FINGERPRINT_TAG = f"rollout/{INPUT_FINGERPRINT}"
+
 @dataclass(frozen=True)
 class RoundFingerprint:
     """Size and modification time of every file the backfill reads, hashed into one value."""
