@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 # Rows per Parquet row group: small enough that a batch of transcripts stays in memory only
 # briefly, large enough for readers to scan quickly.
-ROWS_PER_GROUP = 256
+ROWS_PER_GROUP = 128
 
 DATASETS = ("sft_rows", "preference_pairs", "grpo_groups")
 _STEMS = {"sft_rows": "sft", "preference_pairs": "preference-pairs", "grpo_groups": "grpo-groups"}
