@@ -301,3 +301,16 @@ def test_loadable_with_pandas_and_datasets(tmp_path: Path) -> None:
     assert dpo[0]["chosen"][0]["role"] == "assistant"
     grpo = datasets.load_dataset("parquet", data_files=str(files.parquet("grpo_groups")), split="train")
     assert grpo[0]["rewards"] == [1.0, 0.0, 0.7, 0.4, 0.68]
+
+
+def test_verify_training_runs_every_check_once(tmp_path: Path) -> None:
+    from rollout_assets.training.verify import CHECKS, verify_training
+
+    ledger = _pairs_ledger(tmp_path)
+    files = export_training(ledger, tmp_path / "training", "round-007").files
+    verdicts = verify_training(ledger, files, 0.05)
+    assert set(verdicts) == {name for names in CHECKS.values() for name in names}
+    assert all(verdict.passed for verdict in verdicts.values())
+    files.accounting("grpo_groups").write_text("")
+    broken = verify_training(ledger, files, 0.05)
+    assert [name for name, verdict in broken.items() if not verdict.passed] == ["grpo_groups_account_for_every_line"]

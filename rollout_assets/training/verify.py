@@ -39,7 +39,8 @@ class TrainingVerdict:
 @dataclass(frozen=True, slots=True)
 class LedgerFacts:
     lineno: int
-    digest: str
+    offset: int
+    length: int
     reward: float | None
     gated: bool
     role: str
@@ -66,13 +67,15 @@ def _canonical(messages: list[dict[str, Any]]) -> str:
 def ledger_facts(ledger: Path) -> dict[str, LedgerFacts]:
     """rollout_id -> what the checks need of that line, read straight from the ledger file."""
     facts = {}
+    offset = 0
     with open(ledger, "rb") as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = orjson.loads(raw)
             outcome = line["outcome"]
             facts[line["rollout_id"]] = LedgerFacts(
                 lineno,
-                _canonical(line["messages"]),
+                offset,
+                len(raw),
                 outcome["reward"],
                 outcome["realness_gated"] is True,
                 line["role"],
@@ -81,7 +84,14 @@ def ledger_facts(ledger: Path) -> dict[str, LedgerFacts]:
                 outcome["is_completed"] is True,
                 outcome["is_truncated"] is True,
             )
+            offset += len(raw)
     return facts
+
+
+def _ledger_digest(handle: Any, fact: LedgerFacts) -> str:
+    """The transcript digest of one ledger line, read again (only for lines that are in rows)."""
+    handle.seek(fact.offset)
+    return _canonical(orjson.loads(handle.read(fact.length))["messages"])
 
 
 def _rows(path: Path) -> Iterator[dict[str, Any]]:
@@ -101,11 +111,13 @@ def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[
             yield rollout_id, row["prompt"] + completion
 
 
-def check_accounting(ledger: Path, files: TrainingFiles, dataset: str) -> TrainingVerdict:
+def check_accounting(
+    ledger: Path, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+) -> TrainingVerdict:
     """Every ledger line has exactly one fate (a row, or a drop reason), kept + dropped =
     lines, the lines in rows are exactly those the accounting keeps, and a per-line drop
     reason is true of the line."""
-    facts = ledger_facts(ledger)
+    facts = facts if facts is not None else ledger_facts(ledger)
     verdict = TrainingVerdict(True)
     fates: dict[str, str] = {}
     with open(files.accounting(dataset), "rb") as handle:
@@ -146,22 +158,25 @@ def _reason_holds(reason: str, fact: LedgerFacts) -> bool:
     }[reason]
 
 
-def check_rows_match_ledger(ledger: Path, files: TrainingFiles, dataset: str) -> TrainingVerdict:
+def check_rows_match_ledger(
+    ledger: Path, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+) -> TrainingVerdict:
     """Every row's lines are ledger lines, trainable (not gated, reward not null, no gap), and
     the row holds exactly their transcript."""
-    facts = ledger_facts(ledger)
+    facts = facts if facts is not None else ledger_facts(ledger)
     verdict = TrainingVerdict(True)
     rows = 0
-    for number, row in enumerate(_rows(files.parquet(dataset)), start=1):
-        rows += 1
-        for rollout_id, messages in _transcripts(dataset, row):
-            fact = facts.get(rollout_id)
-            if fact is None:
-                verdict.fail(f"row {number}: {rollout_id} is not a line of the ledger")
-            elif fact.gated or fact.reward is None or fact.has_gap:
-                verdict.fail(f"row {number}: ledger line {fact.lineno} is gated, unrewarded or a gap")
-            elif _canonical(messages) != fact.digest:
-                verdict.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
+    with open(ledger, "rb") as handle:
+        for number, row in enumerate(_rows(files.parquet(dataset)), start=1):
+            rows += 1
+            for rollout_id, messages in _transcripts(dataset, row):
+                fact = facts.get(rollout_id)
+                if fact is None:
+                    verdict.fail(f"row {number}: {rollout_id} is not a line of the ledger")
+                elif fact.gated or fact.reward is None or fact.has_gap:
+                    verdict.fail(f"row {number}: ledger line {fact.lineno} is gated, unrewarded or a gap")
+                elif _canonical(messages) != _ledger_digest(handle, fact):
+                    verdict.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
     verdict.counts = {"rows": rows}
     return verdict
 
@@ -187,10 +202,12 @@ def check_tool_messages(files: TrainingFiles, dataset: str) -> TrainingVerdict:
     return verdict
 
 
-def check_pair_margins(ledger: Path, files: TrainingFiles, margin: float) -> TrainingVerdict:
+def check_pair_margins(
+    ledger: Path, files: TrainingFiles, margin: float, facts: dict[str, LedgerFacts] | None = None
+) -> TrainingVerdict:
     """Every pair's chosen reward (as the ledger has it) exceeds its rejected one by at least
     the margin, and the row's margin is that difference."""
-    facts = ledger_facts(ledger)
+    facts = facts if facts is not None else ledger_facts(ledger)
     verdict = TrainingVerdict(True)
     pairs = 0
     for number, row in enumerate(_rows(files.parquet("preference_pairs")), start=1):
@@ -207,3 +224,32 @@ def check_pair_margins(ledger: Path, files: TrainingFiles, margin: float) -> Tra
             verdict.fail(f"pair {number}: margin {row['margin']} is not the rewards' difference {difference}")
     verdict.counts = {"pairs": pairs}
     return verdict
+
+
+# The checks of one round's training data, by name: what each proves is in docs/checks.md.
+CHECKS = {
+    "sft_rows": ("sft_rows_account_for_every_line", "sft_rows_match_ledger", "sft_rows_tool_messages_answer_calls"),
+    "preference_pairs": (
+        "preference_pairs_account_for_every_line",
+        "preference_pairs_match_ledger",
+        "preference_pairs_tool_messages_answer_calls",
+        "preference_pairs_meet_margin",
+    ),
+    "grpo_groups": (
+        "grpo_groups_account_for_every_line",
+        "grpo_groups_match_ledger",
+        "grpo_groups_tool_messages_answer_calls",
+    ),
+}
+
+
+def verify_training(ledger: Path, files: TrainingFiles, margin: float) -> dict[str, TrainingVerdict]:
+    """Every check of a round's training data, the ledger read once for all of them."""
+    facts = ledger_facts(ledger)
+    verdicts = {}
+    for dataset, names in CHECKS.items():
+        verdicts[names[0]] = check_accounting(ledger, files, dataset, facts)
+        verdicts[names[1]] = check_rows_match_ledger(ledger, files, dataset, facts)
+        verdicts[names[2]] = check_tool_messages(files, dataset)
+    verdicts["preference_pairs_meet_margin"] = check_pair_margins(ledger, files, margin, facts)
+    return verdicts
