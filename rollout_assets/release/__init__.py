@@ -3,6 +3,6 @@ independent scan proving it, a dataset card. No Dagster here; docs/release.md.""
 
 from rollout_assets.release.build import RoundInput
 from rollout_assets.release.config import ReleaseConfig, ReleaseError, load_config_file
-from rollout_assets.release.release import build_release
+from rollout_assets.release.release import ReleaseCheckFailed, build_release
 
-__all__ = ["ReleaseConfig", "ReleaseError", "RoundInput", "build_release", "load_config_file"]
+__all__ = ["ReleaseCheckFailed", "ReleaseConfig", "ReleaseError", "RoundInput", "build_release", "load_config_file"]

@@ -19,6 +19,10 @@ class ReleaseError(RoundError, ValueError):
     """A release that cannot be built as asked (no license, a bad name, missing training files)."""
 
 
+class MissingLicense(ReleaseError):
+    """No license was given: nothing is released without one."""
+
+
 @dataclass(frozen=True)
 class ReleaseConfig:
     license: str
@@ -29,7 +33,7 @@ class ReleaseConfig:
 
     def __post_init__(self) -> None:
         if not self.license or not self.license.strip():
-            raise ReleaseError("a release needs a license (an SPDX id such as cc-by-4.0 or apache-2.0): none was given")
+            raise MissingLicense("a release needs a license (an SPDX id such as cc-by-4.0 or apache-2.0): none was given")
         if not _NAME.match(self.name):
             raise ReleaseError(f"release name {self.name!r}: use letters, digits, '.', '_' and '-' (at most 100)")
         if self.split_unit not in SPLIT_UNITS:

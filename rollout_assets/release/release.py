@@ -83,8 +83,12 @@ def _manifest(rounds: list[RoundInput], config: ReleaseConfig, counts: ReleaseCo
     }
 
 
-def build_release(rounds: list[RoundInput], release: Path, config: ReleaseConfig) -> dict[str, Any]:
-    """Build the release of `rounds` at `release` (a folder, replaced whole) and return its manifest."""
+def build_release(
+    rounds: list[RoundInput], release: Path, config: ReleaseConfig, verify: bool = False
+) -> dict[str, Any]:
+    """Build the release of `rounds` at `release` (a folder, replaced whole) and return its
+    manifest. With `verify`, the release checks run on the built folder first, and a release
+    that fails one is not put in place (ReleaseCheckFailed says which and why)."""
     if not rounds:
         raise ReleaseError("a release needs at least one round")
     folder = temporary_folder(release)
@@ -95,8 +99,26 @@ def build_release(rounds: list[RoundInput], release: Path, config: ReleaseConfig
         (folder / "scrub-report.json").write_text(json.dumps(scrub_report, indent=2) + "\n", encoding="utf-8")
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         (folder / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
+        if verify:
+            _verify(folder, release)
         swap_in(folder, release)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return manifest
+
+
+class ReleaseCheckFailed(ReleaseError):
+    """A built release failed a check and was not put in place."""
+
+
+def _verify(folder: Path, release: Path) -> None:
+    from rollout_assets.release.verify import RELEASE_CHECKS
+
+    failed = []
+    for name, check in RELEASE_CHECKS.items():
+        verdict = check(folder)
+        if not verdict.passed:
+            failed.append(f"{name}: " + "; ".join(verdict.problems))
+    if failed:
+        raise ReleaseCheckFailed(f"release {release} not written: " + " | ".join(failed))

@@ -82,3 +82,11 @@ def check_card_matches_files(release: Path) -> ReleaseVerdict:
         verdict.fail("README.md does not state the manifest's license")
     verdict.counts = {"files": len(actual)}
     return verdict
+
+
+# The blocking checks of a release, by name (docs/release.md, Checks).
+RELEASE_CHECKS = {
+    "release_splits_do_not_overlap": check_split_overlap,
+    "release_has_no_secrets": check_no_secrets,
+    "release_card_matches_files": check_card_matches_files,
+}
