@@ -190,6 +190,7 @@ class RoundPlan:
     def campaign_of(self, generation: int, candidate_index: int) -> Campaign:
         return self.campaigns[1 + generation * self.spec.candidates_per_generation + candidate_index]
 
+
 def _validate_spec(spec: RoundSpec) -> None:
     name = spec.name
     if not name or name in {".", ".."} or "/" in name or "\\" in name:

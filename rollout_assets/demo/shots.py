@@ -25,12 +25,14 @@ _TIMED_OUT_MS = 15 * MINUTE
 
 
 def write_shot(plan: RoundPlan, shot: Shot, rng: random.Random) -> None:
+    """Write the transcripts of `shot` (its own, a late one, a sub-agent file), then its receipt."""
     prompt = _proposer_prompt(plan, shot)
     lines: list[dict[str, Any]] = []
     transcript_end = shot.start_ms + rng.randint(60_000, 600_000)
     if "missing_transcript_folder" not in shot.cases:
         session_id = plan.transcript_path(shot).stem
-        lines = proposer_transcript(plan, shot, session_id, shot.start_ms + rng.randint(2_000, 25_000), prompt, rng)
+        start_ms = shot.start_ms + rng.randint(2_000, 25_000)
+        lines = proposer_transcript(plan, shot, session_id, start_ms, prompt, rng)
         transcript_end = last_timestamp_ms(lines)
         write_jsonl(plan.transcript_path(shot), lines)
     if "transcript_outside_window" in shot.cases:
