@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -1367,3 +1369,12 @@ def test_the_audit_opens_a_store_whose_path_holds_a_byte_that_is_not_utf8(tmp_pa
     db = write_opencode_db(folder / "opencode.db", sessions=[session("s1", "/clones/w0")])
 
     assert opencode_sessions(db, {"/clones/w0"}) == (True, {"/clones/w0": ["s1"]})
+
+
+def test_the_audit_imports_neither_the_readers_nor_the_join_it_verifies() -> None:
+    """A check that ran the code it checks could not fail: the audit has its own walk, SQL and
+    JSON reading, and loads no module of the readers, the join or the stages."""
+    verified = ("rollout_assets.sources", "rollout_assets.backfill", "rollout_assets.stages")
+    code = f"import sys, rollout_assets.audit; print(sorted(m for m in sys.modules if m.startswith({verified!r})))"
+    completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert completed.stdout.strip() == "[]"
