@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rollout_assets import stages
 from rollout_assets.backfill import parallel
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.demo import DemoLayout
 from rollout_assets.ledger import iter_jsonl
+from rollout_assets.stages import loss_guard
 from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
@@ -290,7 +290,7 @@ def test_a_rebuild_holding_the_same_transcripts_does_not_read_the_ledger(
     demo: DemoLayout, staged: RoundOutputs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read: list[Path] = []
-    monkeypatch.setattr(stages, "lost_transcripts", lambda path, lines: read.append(path) or [])
+    monkeypatch.setattr(loss_guard, "lost_transcripts", lambda path, lines: read.append(path) or [])
 
     _rebuild(demo, staged, demo.opencode_db, demo.claude_projects_dir)
     assert read == []  # the digests agree
