@@ -87,13 +87,13 @@ def test_stages_on_two_workers_write_the_command_line_ledger_and_stats(
 def _record_as_written(outputs: RoundOutputs, stage: str) -> None:
     """Make the stage's record name its files as they are now, as if the stage had written
     them: what a stage with a bug would leave. The ledger stage's own checks must then refuse."""
-    from rollout_assets.sources.round import round_inputs_fingerprint
+    from rollout_assets.sources.fingerprint import round_state_digest
     from rollout_assets.stages import file_identity
 
     path = outputs.built_from(stage)
     record = json.loads(path.read_text())
     if stage == "round_manifest":  # as if the round changed only after the stage checked it
-        record.update(manifest=file_identity(outputs.manifest), inputs=round_inputs_fingerprint(record["outDir"]))
+        record.update(manifest=file_identity(outputs.manifest), inputs=round_state_digest(record["outDir"]))
         path.write_text(json.dumps(record))
         return
     files = {

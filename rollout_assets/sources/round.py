@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from rollout_assets.errors import RoundError
 import errno
-import hashlib
 import itertools
 import os
 import re
@@ -818,41 +817,6 @@ def read_provenance(out_dir: Path) -> Any:
         return parse_json(raw)
     except NotJson as error:
         raise RoundInputError(f"{path}: loop provenance is not valid JSON ({error})") from error
-
-
-def round_inputs_fingerprint(out_dir: str | os.PathLike[str]) -> str:
-    """The kind, size and modification time of every round file more than one stage reads
-    (loop-provenance.json, cost-ledger.jsonl, candidates/*.patch, each cell folder's
-    cached-result.json, shot receipts), hashed into 16 hex digits. Stages that saw the same
-    fingerprint saw the same round. One stat per file, nothing parsed: about 0.1 s at 12,000
-    cells. A cell folder without its cache yet counts too, so a cell that finishes changes it.
-    """
-    out_dir = resolve_out_dir(out_dir)
-    digest = hashlib.sha256()
-
-    def add(path: str | Path) -> None:
-        try:
-            found = os.stat(path)
-            state = f"{found.st_mode:o}\0{found.st_size}\0{found.st_mtime_ns}"
-        except (OSError, ValueError):  # absent, unreadable, or a name no file can have
-            state = "-"
-        digest.update(f"{path}\0{state}\n".encode("utf-8", "surrogateescape"))
-
-    improve_run = out_dir / "improve-run"
-    add(improve_run / "loop-provenance.json")
-    add(improve_run / "cost-ledger.jsonl")
-    candidates = out_dir / "candidates"
-    if os.path.isdir(candidates):
-        for name in _sorted_names(candidates):
-            if name.endswith(".patch"):
-                add(candidates / name)
-    for _, _, campaign_dir in discover_campaigns(out_dir):
-        folder = str(campaign_dir)
-        for name in _sorted_names(campaign_dir):
-            add(os.path.join(folder, name, CELL_CACHE))
-    for receipt in list_shot_receipts(out_dir):
-        add(receipt.path)
-    return digest.hexdigest()[:16]
 
 
 def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) -> RoundManifest:

@@ -20,6 +20,7 @@ from rollout_assets.backfill import BackfillStats
 from rollout_assets.backfill.losses import TranscriptDigest
 from rollout_assets.io import LineRuns, file_identity, read_json_file, write_json_atomic
 from rollout_assets.ledger import AtomicJsonlWriter, decode_record
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT
 from rollout_assets.stages.cells import read_cell_rows
 from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.loss_guard import refuse_to_lose_transcripts
@@ -124,8 +125,8 @@ def _write_ledger_record(
     record: dict[str, Any] = {"ledger": file_identity(outputs.ledger), "counters": counters}
     if transcripts is not None:
         record["transcripts"] = transcripts.to_json()
-    if isinstance(manifest_record.get("sensorFingerprint"), str):
-        record["sensorFingerprint"] = manifest_record["sensorFingerprint"]
+    if isinstance(manifest_record.get(INPUT_FINGERPRINT), str):
+        record[INPUT_FINGERPRINT] = manifest_record[INPUT_FINGERPRINT]
     try:
         write_json_atomic(outputs.ledger_stats, record)
     except OSError:

@@ -7,32 +7,28 @@ from pathlib import Path
 from typing import Any
 
 from rollout_assets.io import file_identity, read_json_file, write_json_atomic
-from rollout_assets.sources.round import (
-    RoundManifest,
-    build_manifest,
-    list_cell_paths,
-    manifest_from_json,
-    round_inputs_fingerprint,
-)
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT, round_state_digest
+from rollout_assets.sources.round import RoundManifest, build_manifest, list_cell_paths, manifest_from_json
 from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.records import RoundChangedError, StageMismatchError, write_record
 
 
-def write_manifest(out_dir: Path, outputs: RoundOutputs, sensor_fingerprint: str | None = None) -> RoundManifest:
+def write_manifest(out_dir: Path, outputs: RoundOutputs, input_fingerprint: str | None = None) -> RoundManifest:
     """Build the manifest (fail loud on corrupt evidence) and store its JSON, with its record.
 
-    `sensor_fingerprint` is the fingerprint the round sensor compares (of every file the
-    backfill reads), taken by the caller before this reads anything. It travels with the stage
-    records to the ledger's record, so the ledger's stats can say which inputs it was built
-    from (write_rollout_stats) even for a run the sensor did not start.
+    `input_fingerprint` is the round's input fingerprint, the one the round sensor compares
+    (of every file the backfill reads, `fingerprint_round`), taken by the caller before this
+    reads anything. It travels with the stage records to the ledger's record, so the ledger's
+    stats can say which inputs it was built from (write_rollout_stats) even for a run the
+    sensor did not start.
     """
     # Taken before reading: a file changed while the manifest is built shows in the next stage.
-    inputs = round_inputs_fingerprint(out_dir)
+    inputs = round_state_digest(out_dir)
     manifest = build_manifest(out_dir, keep_rows=True)
     write_json_atomic(outputs.manifest, manifest.to_json())
     record: dict[str, Any] = {"outDir": str(manifest.out_dir), "inputs": inputs, "manifest": file_identity(outputs.manifest)}
-    if sensor_fingerprint is not None:
-        record["sensorFingerprint"] = sensor_fingerprint
+    if input_fingerprint is not None:
+        record[INPUT_FINGERPRINT] = input_fingerprint
     write_record(outputs, "round_manifest", record)
     return manifest
 

@@ -6,10 +6,14 @@ that saw different states of the round (a cell cache rewritten between two of th
 that were built from another upstream file (round_manifest run again, campaign_cells not),
 or from another store, would mix two moments in one ledger, and the checks, which recount
 ids and rewards, could not tell. So each stage records, beside its output
-(`RoundOutputs.built_from`), the digest of the round's files it saw (round_inputs_fingerprint),
-the files it was built from and wrote (their identity: inode, size, mtime) and the store it
-read; the stages that read the round check it has not changed since round_manifest, and the
-ledger stage checks that every record names the files on disk now and one state of the round.
+(`RoundOutputs.built_from`), the state of the round's files it saw (`round_state_digest`, key
+"inputs"), the files it was built from and wrote (their identity: inode, size, mtime) and the
+store it read; the stages that read the round check it has not changed since round_manifest,
+and the ledger stage checks that every record names the files on disk now and one state of
+the round.
+
+The records also carry the round's input fingerprint (key INPUT_FINGERPRINT, see
+sources/fingerprint.py) from round_manifest through the ledger's record to rollout_stats.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from rollout_assets.errors import RoundError
 from rollout_assets.io import file_identity, read_json_file, write_json_atomic
-from rollout_assets.sources.round import round_inputs_fingerprint
+from rollout_assets.sources.fingerprint import round_state_digest
 from rollout_assets.stages.layout import RoundOutputs
 
 
@@ -67,7 +71,7 @@ def unchanged_round(out_dir: Path, outputs: RoundOutputs) -> dict[str, Any]:
         raise StageMismatchError(
             f"{outputs.manifest} is not the file round_manifest recorded writing: materialize round_manifest again"
         )
-    if record.get("inputs") != round_inputs_fingerprint(out_dir):
+    if record.get("inputs") != round_state_digest(out_dir):
         raise RoundChangedError(
             f"round {out_dir} changed since its round_manifest was materialized (a cell, receipt, cost ledger, "
             "provenance or candidate patch was added, removed or rewritten): materialize the round again, every "

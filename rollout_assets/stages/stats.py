@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rollout_assets.backfill import BackfillStats
 from rollout_assets.io import file_identity, read_json_file, write_json_atomic
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT
 from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.records import StageMismatchError
 
@@ -12,7 +13,7 @@ from rollout_assets.stages.records import StageMismatchError
 def write_rollout_stats(outputs: RoundOutputs) -> tuple[BackfillStats, str | None]:
     """Store the counters the ledger stage counted next to the ledger, refusing a ledger that
     is no longer the file the ledger stage wrote: the checks that let this stage run judged
-    that file, not one changed or replaced after it. Returns the counters and the sensor's
+    that file, not one changed or replaced after it. Returns the counters and the input
     fingerprint of the inputs the ledger was built from, as round_manifest took it (None when
     its run recorded none)."""
     try:
@@ -38,5 +39,5 @@ def write_rollout_stats(outputs: RoundOutputs) -> tuple[BackfillStats, str | Non
             f"{outputs.ledger_stats} does not hold the ledger's counters ({error!r}); re-materialize rollout_ledger"
         ) from error
     write_json_atomic(outputs.stats, stats.to_json())
-    fingerprint = counted.get("sensorFingerprint")
+    fingerprint = counted.get(INPUT_FINGERPRINT)
     return stats, fingerprint if isinstance(fingerprint, str) else None
