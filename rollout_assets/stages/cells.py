@@ -10,7 +10,13 @@ from typing import Any
 
 from rollout_assets.backfill import CellRow, cell_rows, line_context
 from rollout_assets.backfill.lines import LineContext
-from rollout_assets.backfill.parallel import CellUnit, default_workers, round_units, unit_manifest, write_units
+from rollout_assets.backfill.parallel import (
+    CellUnit,
+    default_workers,
+    round_units,
+    unit_manifest,
+    write_units,
+)
 from rollout_assets.counters import merge_counters
 from rollout_assets.io import file_identity
 from rollout_assets.ledger import AtomicJsonlWriter, iter_jsonl, validate_line
@@ -82,7 +88,12 @@ def write_campaign_cells(
     producer = _CellRowsProducer(manifest, line_context(manifest, captured_at))
     with AtomicJsonlWriter(outputs.campaign_cells) as writer:
         summary = write_units(
-            writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done, new_tally=CellsSummary
+            writer,
+            units,
+            producer,
+            workers=workers or default_workers(),
+            on_unit_done=unit_done,
+            new_tally=CellsSummary,
         )
     write_record(
         outputs,

@@ -102,7 +102,10 @@ def _encoded_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
 
 
 def _write_proposers(
-    outputs: RoundOutputs, writer: AtomicJsonlWriter, stats: BackfillStats, transcripts: TranscriptDigest | None
+    outputs: RoundOutputs,
+    writer: AtomicJsonlWriter,
+    stats: BackfillStats,
+    transcripts: TranscriptDigest | None,
 ) -> None:
     """The proposer lines as stored, counted, their transcripts added to the digest."""
     for raw, line in _encoded_lines(outputs.proposer_transcripts):

@@ -13,7 +13,9 @@ from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.records import RoundChangedError, StageMismatchError, write_record
 
 
-def write_manifest(out_dir: Path, outputs: RoundOutputs, input_fingerprint: str | None = None) -> RoundManifest:
+def write_manifest(
+    out_dir: Path, outputs: RoundOutputs, input_fingerprint: str | None = None
+) -> RoundManifest:
     """Build the manifest (fail loud on corrupt evidence) and store its JSON, with its record.
 
     `input_fingerprint` is the round's input fingerprint, the one the round sensor compares
@@ -26,7 +28,11 @@ def write_manifest(out_dir: Path, outputs: RoundOutputs, input_fingerprint: str 
     inputs = round_state_digest(out_dir)
     manifest = build_manifest(out_dir, keep_rows=True)
     write_json_atomic(outputs.manifest, manifest.to_json())
-    record: dict[str, Any] = {"outDir": str(manifest.out_dir), "inputs": inputs, "manifest": file_identity(outputs.manifest)}
+    record: dict[str, Any] = {
+        "outDir": str(manifest.out_dir),
+        "inputs": inputs,
+        "manifest": file_identity(outputs.manifest),
+    }
     if input_fingerprint is not None:
         record[INPUT_FINGERPRINT] = input_fingerprint
     write_record(outputs, "round_manifest", record)
@@ -38,7 +44,9 @@ def stored_manifest(outputs: RoundOutputs) -> RoundManifest:
     return _manifest_from_file(outputs, read_json_file(outputs.manifest))
 
 
-def _manifest_from_file(outputs: RoundOutputs, stored_json: Any, *, with_cells: bool = False) -> RoundManifest:
+def _manifest_from_file(
+    outputs: RoundOutputs, stored_json: Any, *, with_cells: bool = False
+) -> RoundManifest:
     try:
         return manifest_from_json(stored_json, with_cells=with_cells)
     except (KeyError, TypeError) as error:

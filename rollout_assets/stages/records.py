@@ -82,7 +82,9 @@ def unchanged_round(out_dir: Path, outputs: RoundOutputs) -> dict[str, Any]:
 
 def _check(stage: str, consistent: bool, why: str) -> None:
     if not consistent:
-        raise StageMismatchError(f"{stage} is out of date ({why}): materialize it and the stages after it again")
+        raise StageMismatchError(
+            f"{stage} is out of date ({why}): materialize it and the stages after it again"
+        )
 
 
 def check_stages_agree(
@@ -95,7 +97,9 @@ def check_stages_agree(
     cells = read_record(outputs, "campaign_cells")
     workers = read_record(outputs, "worker_sessions")
     proposers = read_record(outputs, "proposer_transcripts")
-    _check("campaign_cells", cells.get("manifest") == manifest["manifest"], "built from another manifest.json")
+    _check(
+        "campaign_cells", cells.get("manifest") == manifest["manifest"], "built from another manifest.json"
+    )
     _check(
         "campaign_cells",
         cells.get("cells") == identity_of(outputs.campaign_cells, "campaign_cells"),
@@ -109,7 +113,9 @@ def check_stages_agree(
 def _check_worker_sessions(
     outputs: RoundOutputs, workers: dict[str, Any], cells: dict[str, Any], opencode_db: str | os.PathLike[str]
 ) -> None:
-    _check("worker_sessions", workers.get("cells") == cells["cells"], "built from another campaign-cells.jsonl")
+    _check(
+        "worker_sessions", workers.get("cells") == cells["cells"], "built from another campaign-cells.jsonl"
+    )
     _check(
         "worker_sessions",
         workers.get("workerLines") == identity_of(outputs.worker_sessions, "worker_sessions")
@@ -129,7 +135,11 @@ def _check_proposer_transcripts(
     manifest: dict[str, Any],
     claude_projects_dir: str | os.PathLike[str],
 ) -> None:
-    _check("proposer_transcripts", proposers.get("manifest") == manifest["manifest"], "built from another manifest.json")
+    _check(
+        "proposer_transcripts",
+        proposers.get("manifest") == manifest["manifest"],
+        "built from another manifest.json",
+    )
     _check(
         "proposer_transcripts",
         proposers.get("proposerLines") == identity_of(outputs.proposer_transcripts, "proposer_transcripts"),
