@@ -29,12 +29,12 @@ from rollout_assets.io import read_regular_file, string_or_none
 from rollout_assets.sources.round import (
     CELL_CACHE,
     RoundInputError,
-    _sorted_names,
     discover_campaigns,
     list_shot_receipts,
     resolve_out_dir,
     run_dir_file,
 )
+from rollout_assets.sources.round.layout import sorted_names
 
 # One name for the input fingerprint wherever it is carried: the run tag the sensor sets, the
 # key in the stage records that pass it from round_manifest to rollout_stats, and the metadata
@@ -241,12 +241,12 @@ def round_state_digest(out_dir: str | os.PathLike[str]) -> str:
     add(improve_run / "cost-ledger.jsonl")
     candidates = out_dir / "candidates"
     if os.path.isdir(candidates):
-        for name in _sorted_names(candidates):
+        for name in sorted_names(candidates):
             if name.endswith(".patch"):
                 add(candidates / name)
     for _, _, campaign_dir in discover_campaigns(out_dir):
         folder = str(campaign_dir)
-        for name in _sorted_names(campaign_dir):
+        for name in sorted_names(campaign_dir):
             add(os.path.join(folder, name, CELL_CACHE))
     for receipt in list_shot_receipts(out_dir):
         add(receipt.path)
