@@ -14,6 +14,9 @@ metadata it is summed by its type:
 Other policies, set with `field(metadata=...)`: `KEEP` (the tally's identity, such as the
 file it counts: never merged), `FIRST` (a dict whose first entry per key wins, such as the
 first error seen) and `sample(n)` (a list capped at n entries, earlier ones first).
+
+A subclass that merges the fields it adds by a rule of its own (runs of lines, say) merges its
+base's share with `fields_of=` the base class, then its own fields itself.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ def sample(limit: int) -> dict[str, Any]:
     return {"merge": "sample", "limit": limit}
 
 
-def merge_counters(into: Any, later: Any) -> None:
-    """Add the tally `later` (of the part that follows) into `into`, field by field."""
-    for spec in dataclasses.fields(into):
+def merge_counters(into: Any, later: Any, *, fields_of: type | None = None) -> None:
+    """Add the tally `later` (of the part that follows) into `into`, field by field: every
+    field of `into`, or only those the dataclass `fields_of` declares."""
+    for spec in dataclasses.fields(fields_of or into):
         if not hasattr(later, spec.name):
             continue  # a tally of a narrower kind (a base class) merges what it has
         how = spec.metadata.get("merge", "sum")

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from rollout_assets import audit
 from rollout_assets.backfill.ids import supervisor_rollout_id
 from rollout_assets.demo import (
     DEFAULT_ROUNDS,
@@ -34,6 +33,7 @@ from rollout_assets.demo import (
 from rollout_assets.ledger import read_ledger, read_ledger_dicts, serialize_line, write_ledger
 from rollout_assets.sources.claude import claude_project_slug
 from rollout_assets.sources.round import RoundInputError, build_manifest
+from rollout_assets_tests.audit_runs import audit_inputs_match
 from rollout_assets_tests.backfill_runs import (
     SEED_STATS_KEYS,
     SUPERVISOR_GAP,
@@ -1130,12 +1130,12 @@ def test_a_shot_of_a_candidate_without_any_verdict_has_no_reward_not_zero(tmp_pa
     assert [line["outcome"]["metrics"]["resolved_count"] for line in run.role("proposer")] == [0, 0, 0, 1]
     ledger = tmp_path / "rollout-ledger.jsonl"
     write_ledger(ledger, run.lines)
-    assert audit.audit_inputs_match(out_dir, ledger, store, claude).passed
+    assert audit_inputs_match(out_dir, ledger, store, claude).passed
     # A fake 0 where there is no verdict fails the check.
     lines = list(read_ledger_dicts(ledger))
     lines[-4]["outcome"].update(reward=0, reward_source=fraction)
     write_ledger(ledger, lines)
-    assert not audit.audit_inputs_match(out_dir, ledger, store, claude).passed
+    assert not audit_inputs_match(out_dir, ledger, store, claude).passed
 
 
 def test_a_joined_transcript_that_recorded_no_usage_has_null_token_counts(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from rollout_assets.defs.resources import LedgerRoot, RoundsRoot
 from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets.sources.claude import claude_project_slug
+from rollout_assets_tests.audit_runs import audit_inputs_match, cells_without_worker_list
 from rollout_assets_tests.backfill_runs import backfill
 from rollout_assets_tests.dagster_rounds import (
     ALL_ROUND_DEFS,
@@ -774,12 +775,12 @@ def test_transcript_folder_that_is_a_symlink_loop_gives_a_gap_the_checks_expect(
     new = assert_only_proposer_became_unreadable_gap(
         rnd, after, proposer, folder, os.strerror(errno.ELOOP)
     )
-    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    assert audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
     # The checks expect that gap and no other: "no transcript matched" would hide the cause.
     line = next(line for line in after if line["rollout_id"] == new["rollout_id"])
     line["provenance"]["gap"] = gaps.no_claude_transcript(new["artifacts"]["run_dir"])
     rnd.ledger.write_text("".join(json.dumps(line) + "\n" for line in after), encoding="utf-8")
-    verdict = audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude)
+    verdict = audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude)
     assert not verdict.passed
     assert any("cannot be read" in sample for sample in verdict.sample), verdict.sample
 
@@ -804,7 +805,7 @@ def test_a_socket_named_like_a_transcript_is_no_transcript(rnd: Round) -> None:
         server.close()
 
     assert changed_lines(rnd.before, after) == {}
-    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    assert audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
 
 
 def test_a_folder_named_like_a_transcript_that_cannot_be_entered_is_no_transcript(world_readable_tmp: Path) -> None:
@@ -833,7 +834,7 @@ def test_a_project_folder_name_too_long_to_exist_hides_no_transcript(rnd: Round,
     after = backfilled(cli_backfill(rnd), rnd)
 
     assert changed_lines(rnd.before, after) == {}
-    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    assert audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
 
 
 def test_transcript_file_that_is_a_symlink_loop_is_a_gap_the_checks_accept(rnd: Round) -> None:
@@ -844,12 +845,12 @@ def test_transcript_file_that_is_a_symlink_loop_is_a_gap_the_checks_accept(rnd: 
     after = backfilled(cli_backfill(rnd), rnd)
 
     new = assert_only_proposer_became_unreadable_gap(rnd, after, proposer, loop, os.strerror(errno.ELOOP))
-    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    assert audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
     # A file the round's Claude folder does not hold is no excuse for the gap.
     line = next(line for line in after if line["rollout_id"] == new["rollout_id"])
     line["provenance"]["gap"] = new["provenance"]["gap"].replace("0-loop.jsonl", "elsewhere.jsonl")
     rnd.ledger.write_text("".join(json.dumps(line) + "\n" for line in after), encoding="utf-8")
-    assert not audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    assert not audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
 
 
 def test_symlink_loops_in_a_campaign_dir_and_in_proposer_shots_change_nothing(rnd: Round) -> None:
@@ -915,8 +916,8 @@ def test_result_json_counting_workers_without_listing_them_is_labeled(rnd: Round
     old["provenance"]["gap"] = new["provenance"]["gap"]
     assert new == old
     assert json.loads(completed.stdout.rsplit("\nrollout ledger → ", 1)[0])["cellsWithoutWorkerList"] == 1
-    assert audit.cells_without_worker_list(rnd.out_dir) == ["gen0-cand1/django__django-11532/rep0"]
-    assert audit.audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
+    assert cells_without_worker_list(rnd.out_dir) == ["gen0-cand1/django__django-11532/rep0"]
+    assert audit_inputs_match(rnd.out_dir, rnd.ledger, rnd.db, rnd.claude).passed
 
 
 def test_infinity_in_a_shot_receipt_reads_like_an_unreadable_receipt(rnd: Round) -> None:

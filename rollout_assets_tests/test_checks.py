@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,10 +25,21 @@ import pytest
 from dagster import AssetCheckSeverity, DagsterInstance, instance_for_test
 
 from rollout_assets import audit
+from rollout_assets.audit import cells as audit_cells
+from rollout_assets.audit.stores import opencode_sessions
 from rollout_assets.backfill.join import RoundBackfill
 from rollout_assets.defs.assets import rollout_ledger, rollout_stats
 from rollout_assets.demo import DemoLayout, EdgeCaseSite, edge_case_sites
 from rollout_assets.ledger import write_ledger
+from rollout_assets_tests.audit_runs import (
+    audit_inputs_match,
+    audit_integrity,
+    audit_proposers,
+    audit_stats,
+    audit_supervisors,
+    audit_workers,
+    cells_without_worker_list,
+)
 from rollout_assets_tests.builders import (
     artifact,
     campaign_dir,
@@ -129,14 +142,14 @@ def test_unbroken_backfill_passes_every_audit(
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(backfill[1]), encoding="utf-8")
 
-    assert audit.audit_supervisors(out_dir, ledger).passed
-    assert audit.audit_workers(out_dir, ledger, demo.opencode_db).passed
-    assert audit.audit_proposers(out_dir, ledger).passed
-    assert audit.audit_integrity(ledger).passed
-    assert audit.audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
-    assert audit.audit_inputs_match(out_dir, ledger, demo.opencode_db, demo.claude_projects_dir).passed
-    assert audit.audit_stats(ledger, stats_path).passed
-    assert audit.cells_without_worker_list(out_dir) == []
+    assert audit_supervisors(out_dir, ledger).passed
+    assert audit_workers(out_dir, ledger, demo.opencode_db).passed
+    assert audit_proposers(out_dir, ledger).passed
+    assert audit_integrity(ledger).passed
+    assert audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
+    assert audit_inputs_match(out_dir, ledger, demo.opencode_db, demo.claude_projects_dir).passed
+    assert audit_stats(ledger, stats_path).passed
+    assert cells_without_worker_list(out_dir) == []
 
 
 # ---------------------------------------------------------------------------
@@ -150,7 +163,7 @@ def test_supervisor_check_fails_on_a_dropped_supervisor_line(
     dropped = lines.pop(0)
     assert dropped["role"] == "supervisor"
 
-    outcome = audit.audit_supervisors(out_dir, _ledger(tmp_path, lines))
+    outcome = audit_supervisors(out_dir, _ledger(tmp_path, lines))
 
     assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 30, 29, 1)
     assert outcome.details == {"duplicated": 0, "unexpected": 0}
@@ -162,7 +175,7 @@ def test_supervisor_check_fails_on_a_duplicated_supervisor_line(
 ) -> None:
     lines.insert(1, lines[0])
 
-    outcome = audit.audit_supervisors(out_dir, _ledger(tmp_path, lines))
+    outcome = audit_supervisors(out_dir, _ledger(tmp_path, lines))
 
     assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 30, 31, 0)
     assert outcome.details == {"duplicated": 1, "unexpected": 0}
@@ -177,13 +190,13 @@ def test_supervisor_check_fails_on_a_duplicated_supervisor_line(
 def test_worker_check_fails_on_a_dropped_session_line(
     tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, sites: dict[str, EdgeCaseSite]
 ) -> None:
-    unbroken = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    unbroken = audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
     # The cwd with two sessions keeps a line, so only the session goes missing.
     _, second = _worker_lines_of(lines, sites["cwd_with_two_sessions"].worker_cwd)
     session = _session_of(lines[second])
     del lines[second]
 
-    outcome = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    outcome = audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert outcome.passed is False
     assert (outcome.expected, outcome.seen, outcome.missing) == (unbroken.expected, unbroken.seen - 1, 1)
@@ -199,7 +212,7 @@ def test_worker_check_fails_on_a_dropped_gap_line_of_a_cwd_without_session(
     assert lines[only]["messages"] == []
     del lines[only]
 
-    outcome = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    outcome = audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert outcome.passed is False
     assert outcome.missing == 1
@@ -214,7 +227,7 @@ def test_worker_check_fails_on_a_duplicated_session_line(
     session = _session_of(lines[index])
     lines.insert(index + 1, lines[index])
 
-    outcome = audit.audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    outcome = audit_workers(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert outcome.passed is False
     assert outcome.missing == 0
@@ -235,7 +248,7 @@ def test_proposer_check_fails_on_a_dropped_proposer_line(
     )
     del lines[index]
 
-    outcome = audit.audit_proposers(out_dir, _ledger(tmp_path, lines))
+    outcome = audit_proposers(out_dir, _ledger(tmp_path, lines))
 
     assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 4, 3, 1)
     assert outcome.sample == ["missing ('gen0-cand1-cedar', 0)"]
@@ -250,7 +263,7 @@ def test_integrity_check_fails_on_a_line_breaking_the_schema(tmp_path: Path, lin
     lines[-1]["role"] = "boss"
     ledger = _ledger(tmp_path, lines)
 
-    outcome = audit.audit_integrity(ledger)
+    outcome = audit_integrity(ledger)
 
     assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 93, 92, 1)
     assert outcome.details == {
@@ -271,7 +284,7 @@ def test_integrity_check_fails_on_an_empty_transcript_without_gap_reason(
     del lines[index]["provenance"]["gap"]
     ledger = _ledger(tmp_path, lines)
 
-    outcome = audit.audit_integrity(ledger)
+    outcome = audit_integrity(ledger)
 
     # The schema itself refuses such a line, so it is counted as invalid (see the report).
     assert (outcome.passed, outcome.missing) == (False, 1)
@@ -288,7 +301,7 @@ def test_integrity_check_fails_on_a_duplicated_rollout_id(tmp_path: Path, lines:
     proposers = [line for line in lines if line["role"] == "proposer"]
     proposers[1]["rollout_id"] = proposers[0]["rollout_id"]
 
-    outcome = audit.audit_integrity(_ledger(tmp_path, lines))
+    outcome = audit_integrity(_ledger(tmp_path, lines))
 
     assert outcome.passed is False
     assert outcome.details == {
@@ -306,7 +319,7 @@ def test_integrity_check_fails_on_a_parent_that_is_no_line(tmp_path: Path, lines
     lines[index]["parent_rollout_id"] = nowhere
     ledger = _ledger(tmp_path, lines)
 
-    outcome = audit.audit_integrity(ledger)
+    outcome = audit_integrity(ledger)
 
     assert outcome.passed is False
     assert outcome.details == {
@@ -373,19 +386,19 @@ def test_integrity_check_reads_the_ledger_strictly(
     raw = _ledger_bytes(tmp_path, lines)
     ledger = tmp_path / "damaged.jsonl"
     ledger.write_bytes(b"".join(raw))
-    assert audit.audit_integrity(ledger).passed
+    assert audit_integrity(ledger).passed
     damage, why = NOT_READ_STRICTLY[break_it]
     index = damage(raw)
     ledger.write_bytes(b"".join(raw))
 
-    outcome = audit.audit_integrity(ledger)
+    outcome = audit_integrity(ledger)
 
     assert outcome.passed is False
     assert outcome.details["invalid_lines"] >= 1
     assert outcome.sample[0].startswith(f"{ledger}:{index + 1}: {why}")
     # A ledger the audit cannot read proves nothing to any check that counts its lines.
-    assert not audit.audit_supervisors(out_dir, ledger).passed
-    assert not audit.audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
+    assert not audit_supervisors(out_dir, ledger).passed
+    assert not audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
 
 
 def test_a_lone_surrogate_escape_the_writer_writes_reads_back(tmp_path: Path, lines: list[Line]) -> None:
@@ -399,7 +412,7 @@ def test_a_lone_surrogate_escape_the_writer_writes_reads_back(tmp_path: Path, li
     ledger.write_bytes(b"".join(raw))
 
     assert b"\\ud83d" in raw[index]
-    assert audit.audit_integrity(ledger).passed
+    assert audit_integrity(ledger).passed
 
 
 # ---------------------------------------------------------------------------
@@ -415,7 +428,7 @@ def test_stats_check_fails_when_the_stats_do_not_reconcile(
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(stats), encoding="utf-8")
 
-    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+    outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 93, 94, 3)
     assert outcome.sample == [
@@ -434,7 +447,7 @@ def test_stats_check_fails_when_a_role_count_is_wrong(
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(stats), encoding="utf-8")
 
-    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+    outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert (outcome.passed, outcome.missing) == (False, 1)
     workers = backfill[1]["byRole"]["worker"]
@@ -456,7 +469,7 @@ def test_stats_check_fails_when_a_gap_reason_count_is_wrong(
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(stats), encoding="utf-8")
 
-    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+    outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert (outcome.passed, outcome.missing) == (False, 1)
     assert outcome.sample[0].startswith("byGapReason: stats say {")
@@ -496,7 +509,7 @@ def test_stats_check_fails_when_a_rewards_or_costs_figure_is_wrong(
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(stats), encoding="utf-8")
 
-    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+    outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert (outcome.passed, outcome.missing) == (False, 1)
     key = "rewardByRole" if edit.startswith(("a mean reward", "a labeled count")) else "costUsdByRole"
@@ -536,7 +549,7 @@ def test_stats_check_fails_when_a_join_counter_disagrees_with_the_ledger(
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(stats), encoding="utf-8")
 
-    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+    outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert (outcome.passed, outcome.missing) == (False, 1)
     assert outcome.sample[0].startswith(problem), outcome.sample
@@ -549,7 +562,7 @@ def test_stats_check_accepts_the_backfills_rounded_means_and_costs(
     stats_path.write_text(json.dumps(backfill[1]), encoding="utf-8")
     assert backfill[1]["rewardByRole"] and backfill[1]["costUsdByRole"]
 
-    assert audit.audit_stats(_ledger(tmp_path, lines), stats_path).passed
+    assert audit_stats(_ledger(tmp_path, lines), stats_path).passed
 
 
 def test_stats_check_classifies_the_ledgers_gaps_by_their_wording(
@@ -558,11 +571,11 @@ def test_stats_check_classifies_the_ledgers_gaps_by_their_wording(
     """A gap relabeled in the ledger, the stats left as they were: the reasons no longer reconcile."""
     stats_path = tmp_path / "rollout-stats.json"
     stats_path.write_text(json.dumps(backfill[1]), encoding="utf-8")
-    assert audit.audit_stats(_ledger(tmp_path, lines), stats_path).passed
+    assert audit_stats(_ledger(tmp_path, lines), stats_path).passed
     _no_session_gap_relabeled_store_unavailable(lines)
     _supervisor_gap_changed(lines)
 
-    outcome = audit.audit_stats(_ledger(tmp_path, lines), stats_path)
+    outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
     assert outcome.passed is False
     (problem,) = [problem for problem in outcome.sample if problem.startswith("byGapReason: ")]
@@ -585,7 +598,7 @@ def test_worker_list_check_names_a_cell_without_result_json(tmp_path: Path) -> N
     site = edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"]
     (site.run_dir / "result.json").unlink()
 
-    assert audit.cells_without_worker_list(layout.rounds_root / ROUND) == [
+    assert cells_without_worker_list(layout.rounds_root / ROUND) == [
         "gen1-cand0/astropy__astropy-12907/rep1"
     ]
 
@@ -603,7 +616,7 @@ def test_inputs_recount_on_several_processes_equals_one_pass(
     out_dir = layout.rounds_root / ROUND
     one = audit.recount_inputs(out_dir, layout.opencode_db, workers=1)
 
-    monkeypatch.setattr(audit, "_PARALLEL_MIN_CELLS", 0)  # the demo round is small
+    monkeypatch.setattr(audit_cells, "_PARALLEL_MIN_CELLS", 0)  # the demo round is small
     parts = audit.recount_inputs(out_dir, layout.opencode_db, workers=workers)
 
     assert parts == one
@@ -837,16 +850,16 @@ def test_the_order_and_identity_check_fails_on_a_misplaced_or_changed_line(
     tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, break_it: str
 ) -> None:
     claude = demo.claude_projects_dir
-    before = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db, claude)
+    before = audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db, claude)
     MISPLACED[break_it](lines)
 
-    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db, claude)
+    result = audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db, claude)
 
     assert before.passed and before.sample == []
     assert not result.passed
     assert result.sample, "a failing check says where"
     # Every line still validates: only this check can see what is wrong.
-    assert audit.audit_integrity(_ledger(tmp_path, lines)).passed or break_it in {
+    assert audit_integrity(_ledger(tmp_path, lines)).passed or break_it in {
         "a joined transcript turned into a gap line",
         "a supervisor line relabeled a proposer",  # its workers' parent is no supervisor line any more
     }
@@ -858,7 +871,7 @@ def test_the_order_and_identity_check_names_the_first_line_out_of_place(
     first, second = _supervisors(lines)[:2]
     _swap_two_supervisors(lines)
 
-    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    result = audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert result.details["first_line_out_of_place"] == first + 1
     assert any(f":{first + 1}: expected supervisor " in problem for problem in result.sample)
@@ -875,7 +888,7 @@ def test_the_order_and_identity_check_counts_every_line_not_in_place(
     for index in reversed(workers[:2]):
         del lines[index]
 
-    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    result = audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert (result.passed, result.expected - result.seen, result.missing) == (False, 2, 2)
 
@@ -887,7 +900,7 @@ def test_the_order_and_identity_check_counts_a_line_of_another_round_once(
     foreign["run_id"] = "another-round"
     lines.append(foreign)
 
-    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    result = audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert (result.passed, result.details["lines_of_another_run"], result.missing) == (False, 1, 1)
 
@@ -897,7 +910,7 @@ def test_the_order_and_identity_check_reports_a_changed_reward_with_the_cells_ve
 ) -> None:
     _null_reward_to_zero(lines)
 
-    result = audit.audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
+    result = audit_inputs_match(out_dir, _ledger(tmp_path, lines), demo.opencode_db)
 
     assert result.details["wrong_rewards"] == 1
     assert any(
@@ -927,10 +940,10 @@ def test_a_cwd_two_cells_list_gets_its_sessions_under_each_and_every_audit_passe
 
     # Each cell's supervisor lists the cwd: its session is joined under both (the spec's rule per cell).
     assert [_session_of(line) for line in workers] == ["ses_1", "ses_1"]
-    assert audit.audit_workers(out_dir, ledger, store).passed
-    assert audit.audit_inputs_match(out_dir, ledger, store).passed
+    assert audit_workers(out_dir, ledger, store).passed
+    assert audit_inputs_match(out_dir, ledger, store).passed
     write_jsonl(ledger, [line for line in read_jsonl(ledger) if line is not None][:-1])  # one of them dropped
-    assert not audit.audit_workers(out_dir, ledger, store).passed
+    assert not audit_workers(out_dir, ledger, store).passed
 
 
 def test_a_worker_cwd_that_is_not_utf8_is_matched_as_the_join_binds_it(tmp_path: Path) -> None:
@@ -970,8 +983,8 @@ def test_a_worker_cwd_that_is_not_utf8_is_matched_as_the_join_binds_it(tmp_path:
     ]
     inputs = audit.recount_inputs(out_dir, store)
     assert inputs.session_ids == ["ses_utf8"]
-    assert audit.audit_workers(out_dir, ledger, store).passed
-    assert audit.audit_inputs_match(out_dir, ledger, store).passed
+    assert audit_workers(out_dir, ledger, store).passed
+    assert audit_inputs_match(out_dir, ledger, store).passed
 
 
 # The audit as `nobody`, for whom a chmod'ed folder really is closed (root reads any folder):
@@ -1285,16 +1298,16 @@ def test_audits_ignore_folders_the_join_does_not_read_as_campaigns_or_receipts(
     )
     ledger = _ledger(tmp_path, lines)
 
-    assert audit.audit_supervisors(out_dir, ledger).passed
-    assert audit.audit_proposers(out_dir, ledger).passed
+    assert audit_supervisors(out_dir, ledger).passed
+    assert audit_proposers(out_dir, ledger).passed
 
 
 @pytest.mark.parametrize(
     "audit_ledger",
     [
-        lambda out_dir, ledger, demo: audit.audit_supervisors(out_dir, ledger),
-        lambda out_dir, ledger, demo: audit.audit_workers(out_dir, ledger, demo.opencode_db),
-        lambda out_dir, ledger, demo: audit.audit_proposers(out_dir, ledger),
+        lambda out_dir, ledger, demo: audit_supervisors(out_dir, ledger),
+        lambda out_dir, ledger, demo: audit_workers(out_dir, ledger, demo.opencode_db),
+        lambda out_dir, ledger, demo: audit_proposers(out_dir, ledger),
     ],
     ids=["supervisors", "workers", "proposers"],
 )
@@ -1355,4 +1368,13 @@ def test_the_audit_opens_a_store_whose_path_holds_a_byte_that_is_not_utf8(tmp_pa
     folder.mkdir()
     db = write_opencode_db(folder / "opencode.db", sessions=[session("s1", "/clones/w0")])
 
-    assert audit._opencode_sessions(db, {"/clones/w0"}) == (True, {"/clones/w0": ["s1"]})
+    assert opencode_sessions(db, {"/clones/w0"}) == (True, {"/clones/w0": ["s1"]})
+
+
+def test_the_audit_imports_neither_the_readers_nor_the_join_it_verifies() -> None:
+    """A check that ran the code it checks could not fail: the audit has its own walk, SQL and
+    JSON reading, and loads no module of the readers, the join or the stages."""
+    verified = ("rollout_assets.sources", "rollout_assets.backfill", "rollout_assets.stages")
+    code = f"import sys, rollout_assets.audit; print(sorted(m for m in sys.modules if m.startswith({verified!r})))"
+    completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert completed.stdout.strip() == "[]"

@@ -737,7 +737,7 @@ def test_fix_result_json_corrupt(demo: DemoLayout, db: sqlite3.Connection) -> No
 
 
 def test_docstring_table_matches_the_sites_of_the_default_rounds(demo: DemoLayout) -> None:
-    import rollout_assets.demo as demo_module
+    import rollout_assets.demo.planted as demo_module
 
     rows = re.findall(r"^\| `([^`]+)`.*\| (00[13]) (\S+) \|$", demo_module.__doc__ or "", re.MULTILINE)
     assert len(rows) == len(EDGE_CASE_LOCATIONS) - 1  # all but the every-round ledger line

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from rollout_assets.backfill import gaps
+from rollout_assets.counters import KEEP, merge_counters
 from rollout_assets.ledger.schema import Role
 
 # Per-role counters are written in this order (the order the seed first meets the roles in a
@@ -70,7 +71,8 @@ class BackfillStats:
     worker_sessions_empty: int = 0
     proposer_shots_joined: int = 0
     proposer_shots_missed: int = 0
-    opencode_db_available: bool = False
+    # Whether the store could be read: the round's, the same in every part (not a count).
+    opencode_db_available: bool = field(default=False, metadata=KEEP)
     # Shots joined to a transcript that holds no conversation (counted as joined too).
     proposer_transcripts_empty: int = 0
     # Cells whose result.json is missing or unreadable: their worker sessions cannot be listed.
@@ -133,31 +135,11 @@ class BackfillStats:
                     self.proposer_transcripts_empty += 1
 
     def merge(self, other: BackfillStats) -> None:
-        """Add the counts of `other` (the counters of another part of the same round)."""
-        for name in (
-            "lines",
-            "full_transcripts",
-            "gap_lines",
-            "reward_labeled",
-            "worker_sessions_joined",
-            "worker_cwds_missed",
-            "worker_sessions_empty",
-            "proposer_shots_joined",
-            "proposer_shots_missed",
-            "proposer_transcripts_empty",
-            "cells_without_worker_list",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for mine, theirs in (
-            (self.by_role, other.by_role),
-            (self.by_gap_kind, other.by_gap_kind),
-            (self.reward_labeled_by_role, other.reward_labeled_by_role),
-            (self.reward_sum_by_role, other.reward_sum_by_role),
-            (self.cost_usd_by_role, other.cost_usd_by_role),
-            (self.cost_recorded_by_role, other.cost_recorded_by_role),
-        ):
-            for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value
+        """Add the counts of `other` (the counters of another part of the same round), each
+        field by its type or its policy (`rollout_assets.counters`)."""
+        # A subclass's fields are merged here too, unless it marks them KEEP and merges them
+        # itself (WorkerLinesTally joins runs of lines).
+        merge_counters(self, other)
 
     def to_json(self) -> dict[str, Any]:
         """The seed's key names and order, then this project's additional counters."""

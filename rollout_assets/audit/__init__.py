@@ -1,0 +1,55 @@
+"""Independent recounts that prove a ledger dropped nothing (the asset checks' logic).
+
+Each audit recounts what the round SHOULD produce straight from the inputs, by its own small
+code path (its own directory walk, its own SQL, its own JSON reading), and compares it with
+what the ledger holds. None of it calls the readers or the join it verifies: a check that
+reuses the code it checks cannot fail, and is worth nothing. No Dagster here either.
+
+The inputs are recounted once (`recount_inputs`) and the ledger is read once
+(`recount_ledger`: every line parsed and validated against the schema, every audit's tally
+taken in the same pass); each check's verdict is then a comparison of the two.
+
+    wording.py       gap wordings and kinds, the id rule, reward sources
+    strict_json.py   the audit's own JSON reading (inputs as the seed reads them, ledger lines strictly)
+    folders.py       listing the round's folders; UnreadableRound
+    cells.py         the campaigns' cells and the worker cwds their result.json lists
+    stores.py        the opencode store's sessions, by the audit's own SQL
+    shots.py         the proposer receipts and their candidate transcript files
+    inputs.py        recount_inputs: everything the inputs say, every expected line
+    ledger.py        recount_ledger: one pass over the ledger (LedgerRecount), in parts
+    result.py        AuditResult and the multiset comparison
+    verdicts.py      the counting, integrity and stats verdicts
+    inputs_match.py  the order check's verdict: every line where the inputs put it
+"""
+
+from rollout_assets.audit.folders import UnreadableRound
+from rollout_assets.audit.inputs import ExpectedLine, InputsRecount, recount_inputs
+from rollout_assets.audit.inputs_match import inputs_match_verdict
+from rollout_assets.audit.ledger import LedgerRecount, MalformedLedgerLine, SeenLine, recount_ledger
+from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult
+from rollout_assets.audit.verdicts import (
+    integrity_verdict,
+    proposers_verdict,
+    stats_verdict,
+    supervisors_verdict,
+    workers_verdict,
+)
+
+__all__ = [
+    "SAMPLE_SIZE",
+    "AuditResult",
+    "ExpectedLine",
+    "InputsRecount",
+    "LedgerRecount",
+    "MalformedLedgerLine",
+    "SeenLine",
+    "UnreadableRound",
+    "inputs_match_verdict",
+    "integrity_verdict",
+    "proposers_verdict",
+    "recount_inputs",
+    "recount_ledger",
+    "stats_verdict",
+    "supervisors_verdict",
+    "workers_verdict",
+]

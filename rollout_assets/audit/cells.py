@@ -1,0 +1,216 @@
+"""The round's cells, walked independently of the round reader: each campaign's cells, their
+rewards and verdicts, and the worker cwds their result.json lists (docs/input-formats.md §2).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import stat
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.audit.folders import UnreadableRound, absent, listdir
+from rollout_assets.audit.strict_json import input_json, is_number
+from rollout_assets.audit.wording import (
+    OFFICIAL_JUDGE,
+    SUPERVISOR_GAP,
+    SUPERVISOR_GAP_LIST_MISSING,
+    SUPERVISOR_GAP_UNLISTED,
+)
+from rollout_assets.counters import merge_counters
+
+# The file primitive, not the reader: opens without blocking on a FIFO, refuses what is no file.
+from rollout_assets.io import read_regular_file
+
+# ASCII digits and a true end of name (`$` would also match before a trailing newline), as the
+# loop writes them: a folder the join does not read as a campaign must not be expected here either.
+_GEN = re.compile(r"^gen-(\d+)\Z", re.ASCII)
+_CAND = re.compile(r"^candidate-(\d+)\Z", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Cell:
+    candidate_id: str
+    scenario_id: str
+    rep: int
+    run_dir: str | None
+    reward: Any  # what its supervisor line's reward must be
+    # The replicate's verdict: the artifact's boolean `resolved` when there is no error beside
+    # it; None (inconclusive) otherwise.
+    verdict: bool | None
+
+
+def _cell_reward(record: dict[str, Any]) -> int | float | None:
+    """docs/line-format.md: the official judge's composite, else 1/0 from a boolean `resolved`,
+    else null."""
+    scores = record.get("judgeScores")
+    official = scores.get(OFFICIAL_JUDGE) if isinstance(scores, dict) else None
+    composite = official.get("composite") if isinstance(official, dict) else None
+    if is_number(composite):
+        return composite
+    artifact = record.get("artifact")
+    resolved = artifact.get("resolved") if isinstance(artifact, dict) else None
+    return (1 if resolved else 0) if isinstance(resolved, bool) else None
+
+
+def _campaign_dirs(out_dir: Path) -> list[tuple[str, Path]]:
+    """(candidate id, folder) of the baseline, then of every candidate by generation and index
+    (the ledger's order)."""
+    improve = out_dir / "improve-run"
+    candidates = []
+    for generation in listdir(improve):
+        g = _GEN.match(generation)
+        if g is None:
+            continue
+        for candidate in listdir(improve / generation):
+            c = _CAND.match(candidate)
+            if c is not None:
+                candidates.append(((int(g[1]), int(c[1])), improve / generation / candidate))
+    candidates.sort(key=lambda item: item[0])
+    return [("baseline", improve / "baseline")] + [
+        (f"gen{g}-cand{i}", folder) for (g, i), folder in candidates
+    ]
+
+
+def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iterator[Cell]:
+    """The cells among `names`, the listing of `campaign` (empty when it is no directory)."""
+    for name in names:
+        cache = campaign / name / "cached-result.json"
+        # A folder the process may not search is not known to hold no cell: refused, never skipped.
+        try:
+            if not stat.S_ISREG(os.stat(cache).st_mode):
+                continue
+        except OSError as error:
+            if absent(error):
+                continue
+            raise UnreadableRound(
+                f"{campaign / name}: cannot tell whether it holds a cached-result.json ({error.strerror or error})"
+            ) from error
+        record = input_json(read_regular_file(cache))
+        artifact = record.get("artifact")
+        run_dir = artifact.get("runDir") if isinstance(artifact, dict) else None
+        rep = record["rep"]
+        yield Cell(
+            candidate_id,
+            record["scenarioId"],
+            int(rep),
+            run_dir if isinstance(run_dir, str) else None,
+            _cell_reward(record),
+            _replicate_verdict(artifact, record.get("error")),
+        )
+
+
+def _replicate_verdict(artifact: Any, error: Any) -> bool | None:
+    resolved = artifact.get("resolved") if isinstance(artifact, dict) else None
+    return resolved if isinstance(resolved, bool) and error is None else None
+
+
+def _result_json(run_dir: str | None) -> dict[str, Any] | None:
+    # A relative runDir names no file (docs/input-formats.md).
+    if run_dir is None or not os.path.isabs(run_dir):
+        return None
+    try:
+        result = input_json(read_regular_file(Path(run_dir, "result.json")))
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+@dataclass
+class CellsRecount:
+    """What the cells of one or more campaigns say (merged in campaign order)."""
+
+    without_list: list[str] = field(default_factory=list)
+    # (cell, its distinct worker cwds in first-listed order, its supervisor's gap), in ledger order
+    in_order: list[tuple[Cell, tuple[str, ...], str]] = field(default_factory=list)
+    campaigns: list[str] = field(default_factory=list)  # the candidate ids of the campaign folders
+
+
+def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, ...]) -> str:
+    """Workers that ran but cannot be listed: no readable result.json, or one that counts
+    spawned workers without naming a cwd. The supervisor's gap says which."""
+    reported = result is not None and any(
+        is_number(result.get(key)) and result[key] > 0 for key in ("spawned", "workers")
+    )
+    if cell.run_dir is not None and result is None:
+        return SUPERVISOR_GAP_LIST_MISSING
+    if reported and not cwds:
+        return SUPERVISOR_GAP_UNLISTED
+    return SUPERVISOR_GAP
+
+
+def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> CellsRecount:
+    recount = CellsRecount(campaigns=[candidate_id] if campaign.is_dir() else [])
+    for cell in _campaign_cells(candidate_id, campaign, names):
+        result = _result_json(cell.run_dir)
+        recovered = result.get("recoveredSpend") if result is not None else None
+        listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
+        cwds = (
+            tuple(dict.fromkeys(cwd for cwd in listed if isinstance(cwd, str)))
+            if isinstance(listed, list)
+            else ()
+        )
+        gap = _supervisor_gap(cell, result, cwds)
+        recount.in_order.append((cell, cwds, gap))
+        if gap is not SUPERVISOR_GAP:
+            recount.without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
+    # A campaign's cells come in (scenario, rep) order in the ledger, whatever their folder names.
+    recount.in_order.sort(key=lambda item: (item[0].scenario_id, item[0].rep))
+    return recount
+
+
+# Below this many cell folders, a second process costs more than it saves.
+_PARALLEL_MIN_CELLS = 2_000
+
+
+def recount_cells(out_dir: Path, workers: int | None) -> CellsRecount:
+    """The cells of every campaign, one campaign per task; on every core for a large round
+    (reading two small JSON files per cell dominates the checks' recount of the inputs)."""
+    # Each campaign listed once: the listing both sizes the round and names its cells.
+    campaigns = [
+        (candidate_id, campaign, listdir(campaign)) for candidate_id, campaign in _campaign_dirs(out_dir)
+    ]
+    workers = min(workers or len(os.sched_getaffinity(0)), len(campaigns))
+    total = sum(len(names) for _, _, names in campaigns)
+    recount = CellsRecount()
+    if workers <= 1 or total < _PARALLEL_MIN_CELLS:
+        for campaign in campaigns:
+            merge_counters(recount, _recount_campaign(*campaign))
+        return recount
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        for part in pool.map(_recount_campaign, *zip(*campaigns)):
+            merge_counters(recount, part)
+    return recount
+
+
+def resolved_fractions(cells: CellsRecount) -> dict[str, int | float | None]:
+    """A candidate's proposer reward (docs/line-format.md): of the baseline's instances, the
+    share whose every replicate (max rep + 1 of the campaign) resolved; null without baseline
+    cells, and null when none of those instances has a conclusive replicate in the campaign."""
+    by_campaign: dict[str, list[Cell]] = {}
+    for cell, _, _ in cells.in_order:
+        by_campaign.setdefault(cell.candidate_id, []).append(cell)
+    instances = {cell.scenario_id for cell in by_campaign.get("baseline", [])}
+    fractions: dict[str, int | float | None] = {}
+    for candidate_id in cells.campaigns:
+        campaign = by_campaign.get(candidate_id, [])
+        reps = max((cell.rep for cell in campaign), default=-1) + 1
+        replicates: dict[str, list[bool | None]] = {}
+        for cell in campaign:
+            replicates.setdefault(cell.scenario_id, []).append(cell.verdict)
+        resolved = sum(
+            1
+            for instance, verdicts in replicates.items()
+            if instance in instances and len(verdicts) == reps and all(verdict is True for verdict in verdicts)
+        )
+        judged = any(
+            instance in instances and any(verdict is not None for verdict in verdicts)
+            for instance, verdicts in replicates.items()
+        )
+        fractions[candidate_id] = resolved / len(instances) if instances and judged else None
+    return fractions

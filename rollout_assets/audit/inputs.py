@@ -1,0 +1,179 @@
+"""What the inputs say the ledger must hold, recounted once per round (`recount_inputs`): the
+cells, the receipts, the sessions of the worker cwds, the run id, and every line the round
+should produce, in ledger order (`ExpectedLine`)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rollout_assets.audit.cells import CellsRecount, recount_cells, resolved_fractions
+from rollout_assets.audit.folders import UnreadableRound
+from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
+from rollout_assets.audit.stores import opencode_sessions
+from rollout_assets.audit.strict_json import input_json
+from rollout_assets.audit.wording import generation_and_index, rollout_id, unreadable_transcripts_gap
+from rollout_assets.io import read_regular_file
+
+# What a line's gap may be, beside an exact gap (a supervisor's, or a shot's whose transcript folder
+# cannot be listed), as `ExpectedLine.gap`:
+STORE_UNAVAILABLE = 1  # a worker cwd, the store unreadable: its "store unavailable" gap
+NO_SESSION = 2  # a worker cwd without a session in a readable store: its "no session" gap
+SESSION = 3  # a session: its transcript, or its "no readable message parts" gap (parts are not read here)
+NO_TRANSCRIPT = 4  # a shot whose worktree has no transcript file: its "no transcript matched" gap
+TRANSCRIPT = 5  # a shot with transcript files (not read here): joined, or either proposer gap
+
+
+class ExpectedLine(NamedTuple):
+    """One line the inputs say the ledger must hold, in ledger order."""
+
+    rollout_id: str
+    reward: Any  # what its reward must be
+    coordinates: tuple[
+        Any, ...
+    ]  # what its (candidate_id, generation, candidate_index, instance_id, rep) must be
+    # The invocation, for a failing check's sample: (kind, *names), worded only when one is
+    # shown (a string per line would hold tens of MB for a large round).
+    parts: tuple[Any, ...]
+    parent: str | None  # what its parent_rollout_id must be
+    gap: Any  # what its gap may be: see inputs_match._gap_problem
+
+    @property
+    def what(self) -> str:
+        kind, *names = self.parts
+        if kind == "proposer":
+            return f"proposer {names[0]}"
+        *worker, candidate, scenario, rep = names
+        supervisor = f"supervisor {candidate}/{scenario}/rep{rep}"
+        return f"worker {worker[0]} session {worker[1]} of {supervisor}" if kind == "worker" else supervisor
+
+
+@dataclass
+class InputsRecount:
+    """Everything the round's inputs say the ledger must account for, read once."""
+
+    cells: Counter[tuple[str, str, int]]  # (candidate, scenario, rep): one supervisor line each
+    worker_cwds: set[str]  # every worker cwd some result.json lists
+    cells_without_worker_list: list[
+        str
+    ]  # cells whose workers ran but cannot be listed (see cells._supervisor_gap)
+    receipts: Counter[tuple[str, int]]  # (instance_id, shot): one proposer line each
+    store_readable: bool
+    session_ids: list[str]  # the opencode sessions of those cwds
+    run_id: str  # the run_id of every line
+    # Every line, in ledger order; None when the recount was taken without the opencode store.
+    expected: list[ExpectedLine] | None = None
+
+
+def recount_inputs(
+    out_dir: Path,
+    opencode_db: Path | None,
+    workers: int | None = None,
+    *,
+    claude_projects: Path | None = None,
+) -> InputsRecount:
+    """One walk of the cells (and their result.json), the receipts, and one SQL pass over the
+    store (skipped when `opencode_db` is None); with `claude_projects`, the names of the
+    transcript files each proposer worktree could be joined to (no file is read)."""
+    cells = recount_cells(out_dir, workers)
+    worker_cwds = {cwd for _, cwds, _ in cells.in_order for cwd in cwds}
+    store_readable, sessions = (
+        opencode_sessions(opencode_db, worker_cwds) if opencode_db is not None else (False, {})
+    )
+    receipts = list(shot_receipts(out_dir))
+    run_id = _run_id(out_dir)
+    return InputsRecount(
+        cells=Counter((cell.candidate_id, cell.scenario_id, cell.rep) for cell, _, _ in cells.in_order),
+        worker_cwds=worker_cwds,
+        cells_without_worker_list=cells.without_list,
+        receipts=Counter(receipt.key for receipt in receipts),
+        store_readable=store_readable,
+        # once per cell listing the session's cwd: two cells listing one cwd both get its lines
+        session_ids=[
+            session for _, cwds, _ in cells.in_order for cwd in cwds for session in sessions.get(cwd, [])
+        ],
+        run_id=run_id,
+        expected=None
+        if opencode_db is None
+        else _expected_lines(
+            run_id, cells, (store_readable, sessions), proposer_worktrees(out_dir, receipts, claude_projects)
+        ),
+    )
+
+
+def _run_id(out_dir: Path) -> str:
+    """docs/line-format.md: loop-provenance.json's `runId`, else the absolute outDir. A
+    provenance file that is there but cannot be read or parsed is no round's (the round reader
+    refuses it)."""
+    path = out_dir / "improve-run" / "loop-provenance.json"
+    try:
+        provenance = input_json(read_regular_file(path))
+    except (FileNotFoundError, NotADirectoryError):
+        provenance = None
+    except (OSError, ValueError) as error:
+        raise UnreadableRound(f"{path}: cannot read the loop provenance ({error})") from error
+    run_id = provenance.get("runId") if isinstance(provenance, dict) else None
+    return run_id if isinstance(run_id, str) and run_id else os.path.abspath(out_dir)
+
+
+def _expected_lines(
+    run_id: str,
+    cells: CellsRecount,
+    store: tuple[bool, dict[str, list[str]]],
+    worktrees: list[ProposerWorktree],
+) -> list[ExpectedLine]:
+    """Every line of the round, in ledger order, named by its id (docs/line-format.md, Ids):
+    each cell's supervisor, then one worker line per session of each of its cwds (one gap line
+    for a cwd without a session), cell after cell; then one proposer line per receipt, by path.
+    Each with its parent and what its gap may be."""
+    return _cell_lines(run_id, cells, store) + _proposer_lines(run_id, cells, worktrees)
+
+
+def _cell_lines(
+    run_id: str, cells: CellsRecount, store: tuple[bool, dict[str, list[str]]]
+) -> list[ExpectedLine]:
+    store_readable, sessions = store
+    lines = []
+    for cell, cwds, supervisor_gap in cells.in_order:
+        supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
+        # A worker line carries its supervisor's candidate and task.
+        coordinates = (
+            cell.candidate_id,
+            *generation_and_index(cell.candidate_id),
+            cell.scenario_id,
+            cell.rep,
+        )
+        names = (cell.candidate_id, cell.scenario_id, cell.rep)
+        lines.append(
+            ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
+        )
+        for cwd in cwds:
+            found = sessions.get(cwd)
+            gap = SESSION if found else NO_SESSION if store_readable else STORE_UNAVAILABLE
+            for session in found or ["-"]:
+                worker = rollout_id(f"{supervisor}|{cwd}|{session}")
+                lines.append(
+                    ExpectedLine(
+                        worker, cell.reward, coordinates, ("worker", cwd, session, *names), supervisor, gap
+                    )
+                )
+    return lines
+
+
+def _proposer_lines(run_id: str, cells: CellsRecount, worktrees: list[ProposerWorktree]) -> list[ExpectedLine]:
+    fractions = resolved_fractions(cells)
+    lines = []
+    for receipt, worktree, transcripts, unreadable_folder in worktrees:
+        proposer = rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
+        coordinates = (receipt.candidate_id, *generation_and_index(receipt.candidate_id), *receipt.key)
+        parts = ("proposer", receipt.relative_path, worktree, transcripts)
+        gap: Any = NO_TRANSCRIPT if transcripts == () else TRANSCRIPT
+        if unreadable_folder is not None:
+            gap = unreadable_transcripts_gap(worktree, *unreadable_folder)
+        lines.append(
+            ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, parts, None, gap)
+        )
+    return lines

@@ -1,0 +1,330 @@
+"""What the ledger holds, read once (`recount_ledger`): every line parsed strictly and
+validated against the schema, every audit's tally taken in the same pass (`LedgerRecount`);
+a large ledger is cut into parts at line ends, recounted in forked processes and merged in
+order."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from rollout_assets.audit.result import SAMPLE_SIZE
+from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
+from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
+from rollout_assets.counters import FIRST, KEEP, merge_counters, sample
+from rollout_assets.ledger.schema import RolloutLine
+
+
+class MalformedLedgerLine(ValueError):
+    """A ledger line the audits cannot read: not JSON, or a field missing or mistyped."""
+
+
+class _Line:
+    """One parsed ledger line whose fields are read by path, failing with `file:line` and the field."""
+
+    def __init__(self, value: Any, where: str):
+        self.value, self.where = value, where
+
+    def get(self, *path: str) -> Any:
+        value = self.value
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                raise MalformedLedgerLine(f"{self.where}: no field {'.'.join(path)}")
+            value = value[key]
+        return value
+
+
+def _why_invalid(error: ValueError) -> str:
+    """What is wrong with a line: the first field error (pydantic's first line only counts them)."""
+    if isinstance(error, ValidationError):
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error).splitlines()[0]
+
+
+# The audits that count ledger lines; each fails alone on a line it cannot read.
+_COUNTING_AUDITS = ("supervisors", "workers", "proposers", "stats")
+
+
+class SeenLine(NamedTuple):
+    """What the order check compares of one valid ledger line."""
+
+    lineno: int
+    rollout_id: str
+    reward: Any
+    coordinates: tuple[Any, ...]  # (candidate_id, generation, candidate_index, instance_id, rep)
+    parent: str | None
+    role: str
+    gap: str | None
+    has_messages: bool
+
+
+@dataclass
+class LedgerRecount:
+    """One pass over a ledger: what each audit counts, and what is wrong with its lines.
+
+    The recounts of a ledger's parts are added up by `merge_counters`: a field is summed by its
+    type unless its metadata says otherwise (the problem samples keep the first SAMPLE_SIZE,
+    in line order; `unreadable` keeps each audit's first)."""
+
+    path: Path = field(metadata=KEEP)  # the ledger: every part's is the same
+    lines: int = 0
+    # the counting audits' tallies
+    supervisors: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    worker_cwds: set[Any] = field(default_factory=set)
+    worker_sessions: Counter[str] = field(default_factory=Counter)
+    proposers: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    by_role: Counter[Any] = field(default_factory=Counter)
+    full_transcripts: int = 0
+    gap_lines: int = 0
+    reward_labeled: int = 0
+    gap_kinds: Counter[str] = field(default_factory=Counter)  # gap lines by the kind of their gap
+    worker_full_transcripts: int = 0  # worker lines with messages: sessions joined
+    # role -> [lines with a reward (or a cost), their exact sum]
+    rewards_by_role: dict[str, list[Any]] = field(default_factory=dict)
+    costs_by_role: dict[str, list[Any]] = field(default_factory=dict)
+    # audit name -> the first line it could not read (that audit then proves nothing)
+    unreadable: dict[str, MalformedLedgerLine] = field(default_factory=dict, metadata=FIRST)
+    # integrity: every line checked against the schema
+    invalid_lines: int = 0
+    unlabeled_gaps: int = 0
+    line_problems: list[str] = field(default_factory=list, metadata=sample(SAMPLE_SIZE))  # in line order
+    rollout_ids: Counter[str] = field(default_factory=Counter)
+    supervisor_ids: set[str] = field(default_factory=set)
+    parents: list[tuple[int, str]] = field(default_factory=list)
+    # against the inputs: every valid line, in order, as a `SeenLine`
+    sequence: list[SeenLine] = field(default_factory=list)
+    # One tuple per distinct coordinates (a supervisor's workers share its), one string per
+    # distinct role or gap: less to keep and to send back from a part's process. Caches of
+    # one part's reading, never merged: the lines of a part merged in keep their own.
+    _coordinates: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict, repr=False, metadata=KEEP)
+    _strings: dict[str, str] = field(default_factory=dict, repr=False, metadata=KEEP)
+    run_ids: Counter[str] = field(default_factory=Counter)
+    ids_not_matching_fields: int = 0
+    id_problems: list[str] = field(default_factory=list, metadata=sample(SAMPLE_SIZE))  # in line order
+    wrong_reward_sources: int = 0
+    reward_source_problems: list[str] = field(default_factory=list, metadata=sample(SAMPLE_SIZE))
+
+    def _problem(self, message: str) -> None:
+        if len(self.line_problems) < SAMPLE_SIZE:
+            self.line_problems.append(message)
+
+    def _check_id(self, value: dict[str, Any], where: str) -> None:
+        """A supervisor's or worker's id names its invocation (docs/line-format.md, Ids): an id that
+        does not follow from the line's own fields means a field was changed, or the line made up."""
+        role = value["role"]
+        if role == "supervisor":
+            task = value["task"]
+            name = f"{value['run_id']}|supervisor|{value['candidate_id']}|{task['instance_id']}|{task['rep']}"
+        elif role == "worker":
+            ref = value["artifacts"]["transcript_ref"]
+            session = (
+                ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
+            )
+            name = f"{value['parent_rollout_id']}|{value['outcome']['metrics'].get('worker_cwd')}|{session}"
+        else:
+            return  # a proposer's id names its receipt's path, which the line does not hold
+        if rollout_id(name) != value["rollout_id"]:
+            self.ids_not_matching_fields += 1
+            if len(self.id_problems) < SAMPLE_SIZE:
+                self.id_problems.append(
+                    f"{where}: rollout_id {value['rollout_id']} is not the id of {name!r}"
+                )
+
+    def _tally(self, audit: str, line: _Line, count: Any) -> None:
+        if audit in self.unreadable:
+            return
+        try:
+            count(line)
+        except MalformedLedgerLine as error:
+            self.unreadable[audit] = error
+        except TypeError:  # a field holding a list or object where a key is expected
+            self.unreadable[audit] = MalformedLedgerLine(f"{line.where}: a field of the wrong type")
+
+    def _count_supervisor(self, line: _Line) -> None:
+        if line.get("role") == "supervisor":
+            self.supervisors[
+                (line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))
+            ] += 1
+
+    def _count_worker(self, line: _Line) -> None:
+        if line.get("role") == "worker":
+            self.worker_cwds.add(line.get("outcome", "metrics", "worker_cwd"))
+            ref = line.get("artifacts", "transcript_ref")
+            if isinstance(ref, str) and ref.startswith("opencode:"):
+                self.worker_sessions[ref.removeprefix("opencode:")] += 1
+
+    def _count_proposer(self, line: _Line) -> None:
+        if line.get("role") == "proposer":
+            self.proposers[(line.get("task", "instance_id"), line.get("task", "rep"))] += 1
+
+    def _count_for_stats(self, line: _Line) -> None:
+        self.by_role[line.get("role")] += 1
+        if line.get("messages"):
+            self.full_transcripts += 1
+            self.worker_full_transcripts += line.get("role") == "worker"
+        else:
+            self.gap_lines += 1
+        reward = line.get("outcome", "reward")
+        self.reward_labeled += reward is not None
+        role = line.get("role")
+        for value, sums in ((reward, self.rewards_by_role), (line.get("cost", "usd"), self.costs_by_role)):
+            if is_number(value):
+                count_and_sum = sums.setdefault(role, [0, Fraction(0)])
+                count_and_sum[0] += 1
+                count_and_sum[1] += Fraction(value)
+        provenance = line.get("provenance")
+        gap = provenance.get("gap") if isinstance(provenance, dict) else None
+        if isinstance(gap, str):
+            self.gap_kinds[gap_kind(gap)] += 1
+
+    def _check_reward_source(self, role: str, outcome: dict[str, Any], where: str) -> None:
+        """docs/line-format.md: a line's reward_source names where its reward comes from, by role, and
+        is null exactly when the reward is."""
+        if role not in REWARD_SOURCES:
+            return  # no line of a round has another role: the order check names the line
+        reward, source = outcome["reward"], outcome["reward_source"]
+        expected = None if reward is None else REWARD_SOURCES[role]
+        if source != expected:
+            self.wrong_reward_sources += 1
+            if len(self.reward_source_problems) < SAMPLE_SIZE:
+                self.reward_source_problems.append(
+                    f"{where}: reward_source {source!r} beside reward {reward!r}; a {role} line's is {expected!r}"
+                )
+
+    def _check_integrity(self, value: Any, where: str, lineno: int) -> None:
+        try:
+            RolloutLine.model_validate(value)
+        except ValidationError as error:
+            self.invalid_lines += 1
+            self._problem(f"{where}: {_why_invalid(error)}")
+            return
+        if not value["messages"] and not value["provenance"].get("gap"):
+            self.unlabeled_gaps += 1
+            self._problem(f"{where}: empty transcript without a gap reason")
+        self.rollout_ids[value["rollout_id"]] += 1
+        role = self._strings.setdefault(value["role"], value["role"])
+        if role == "supervisor":
+            self.supervisor_ids.add(value["rollout_id"])
+        parent = value["parent_rollout_id"]
+        if parent is not None:
+            self.parents.append((lineno, parent))
+        task = value["task"]
+        coordinates = (
+            value["candidate_id"],
+            value["generation"],
+            value["candidate_index"],
+            task["instance_id"],
+            task["rep"],
+        )
+        coordinates = self._coordinates.setdefault(coordinates, coordinates)
+        outcome = value["outcome"]
+        gap = value["provenance"].get("gap")
+        if gap is not None:
+            gap = self._strings.setdefault(gap, gap)
+        self.sequence.append(
+            SeenLine(
+                lineno,
+                value["rollout_id"],
+                outcome["reward"],
+                coordinates,
+                parent,
+                role,
+                gap,
+                bool(value["messages"]),
+            )
+        )
+        self.run_ids[value["run_id"]] += 1
+        self._check_id(value, where)
+        self._check_reward_source(role, outcome, where)
+
+    def observe(self, raw: bytes, lineno: int) -> None:
+        where = f"{self.path}:{lineno}"
+        self.lines += 1
+        try:
+            value = ledger_json(raw)
+        except ValueError as error:
+            why = str(error) if isinstance(error, NotALedgerLine) else f"not JSON ({error})"
+            unreadable = MalformedLedgerLine(f"{where}: {why}")
+            for audit in _COUNTING_AUDITS:
+                self.unreadable.setdefault(audit, unreadable)
+            self.invalid_lines += 1
+            self._problem(f"{where}: {_why_invalid(error)}")
+            return
+        line = _Line(value, where)
+        self._tally("supervisors", line, self._count_supervisor)
+        self._tally("workers", line, self._count_worker)
+        self._tally("proposers", line, self._count_proposer)
+        self._tally("stats", line, self._count_for_stats)
+        self._check_integrity(value, where, lineno)
+
+
+# Below this size a second process costs more than it saves.
+_PARALLEL_MIN_BYTES = 32 << 20
+
+
+def _recount_part(ledger_path: Path, start: int, stop: int, first_lineno: int) -> LedgerRecount:
+    recount = LedgerRecount(ledger_path)
+    with open(ledger_path, "rb") as handle:
+        handle.seek(start)
+        position, lineno = start, first_lineno
+        while position < stop and (raw := handle.readline()):
+            recount.observe(raw, lineno)
+            position += len(raw)
+            lineno += 1
+    return recount
+
+
+def _parts(ledger_path: Path, size: int, count: int) -> list[tuple[int, int, int]]:
+    """(start, stop, number of the first line) of `count` parts cut at line ends."""
+    cuts = [0]
+    with open(ledger_path, "rb") as handle:
+        for index in range(1, count):
+            handle.seek(max(size * index // count, cuts[-1]))
+            handle.readline()  # to the start of the next line
+            cuts.append(min(handle.tell(), size))
+        cuts.append(size)
+        parts, lineno = [], 1
+        for start, stop in itertools.pairwise(cuts):
+            parts.append((start, stop, lineno))
+            handle.seek(start)
+            left = stop - start
+            while left > 0:
+                block = handle.read(min(left, 1 << 20))
+                if not block:
+                    break
+                lineno += block.count(b"\n")
+                left -= len(block)
+    return parts
+
+
+def recount_ledger(
+    ledger_path: Path, workers: int | None = None, *, parallel_from_bytes: int = _PARALLEL_MIN_BYTES
+) -> LedgerRecount:
+    """Read the ledger once, parsing and validating every line with the schema.
+
+    Schema validation dominates, so a large ledger is cut into parts at line ends, one per
+    core; each part is recounted in its own (forked) process and the parts are merged in order,
+    giving the same recount as one pass.
+    """
+    size = ledger_path.stat().st_size
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers <= 1 or size < parallel_from_bytes:
+        return _recount_part(ledger_path, 0, size, 1)
+    first, *rest = _parts(ledger_path, size, workers)
+    with ProcessPoolExecutor(max_workers=len(rest), mp_context=multiprocessing.get_context("fork")) as pool:
+        later = [pool.submit(_recount_part, ledger_path, *part) for part in rest]
+        recount = _recount_part(ledger_path, *first)
+        for future in later:
+            merge_counters(recount, future.result())
+    return recount

@@ -1,0 +1,240 @@
+"""Claude Code transcripts of proposer shots: session files of lines chained by uuid/parentUuid.
+
+OWNS the line format as Claude Code writes it (summary and queue-operation lines, user lines,
+one assistant line per content block of an API message sharing its id and usage, sidechain
+lines of a sub-agent) and the conversation of a proposer shot: read the profile, ask a
+sub-agent, edit, commit, report. Transcript-level planted cases (an image-only session, an
+empty first thinking block, a `<synthetic>` API-error message) are drawn here; where the files
+go is the plan's (`RoundPlan.transcript_path`).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rollout_assets.demo.ids import digest, uuid_of
+from rollout_assets.demo.plan import RoundPlan, Shot
+from rollout_assets.demo.world import (
+    CLAUDE_CODE_VERSION,
+    EPOCH,
+    NON_ASCII_SAMPLE,
+    PROPOSER_MODEL,
+    SYNTHETIC_MODEL,
+    iso,
+)
+
+
+def last_timestamp_ms(lines: list[dict[str, Any]]) -> int:
+    """When a transcript ends: the epoch ms of its last timestamped line."""
+    stamps = [line["timestamp"] for line in lines if "timestamp" in line]
+    moment = datetime.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+class _TranscriptBuilder:
+    """Lines of one Claude Code session file, chained by uuid/parentUuid like the real thing."""
+
+    def __init__(self, session_id: str, cwd: str, branch: str, t: int, rng: random.Random):
+        self.session_id = session_id
+        self.cwd = cwd
+        self.branch = branch
+        self.t = t
+        self.rng = rng
+        self.lines: list[dict[str, Any]] = []
+        self._parent: str | None = None
+        self._count = 0
+
+    def _base(self, kind: str, sidechain: bool) -> dict[str, Any]:
+        self._count += 1
+        uuid = uuid_of(self.session_id, self._count)
+        line = {
+            "parentUuid": self._parent,
+            "isSidechain": sidechain,
+            "userType": "external",
+            "cwd": self.cwd,
+            "sessionId": self.session_id,
+            "version": CLAUDE_CODE_VERSION,
+            "gitBranch": self.branch,
+            "type": kind,
+            "uuid": uuid,
+            "timestamp": iso(self.t),
+        }
+        self._parent = uuid
+        self.t += self.rng.randint(800, 20_000)
+        return line
+
+    def raw(self, line: dict[str, Any]) -> None:
+        self.lines.append(line)
+
+    def user(self, content: Any, sidechain: bool = False, **extra: Any) -> None:
+        line = self._base("user", sidechain)
+        line["message"] = {"role": "user", "content": content}
+        line.update(extra)
+        self.lines.append(line)
+
+    def assistant(
+        self, blocks: list[dict[str, Any]], model: str = PROPOSER_MODEL, sidechain: bool = False, **extra: Any
+    ) -> None:
+        """One API message, written as one line per content block sharing id and usage."""
+        self._count += 1
+        message_id = "msg_01" + digest(self.session_id, "msg", self._count)[:22]
+        request_id = "req_011C" + digest(self.session_id, "req", self._count)[:20]
+        usage = {
+            "input_tokens": self.rng.randint(3, 4_000),
+            "output_tokens": self.rng.randint(20, 2_500),
+            "cache_read_input_tokens": self.rng.randint(0, 60_000),
+            "cache_creation_input_tokens": self.rng.randint(0, 9_000),
+            "service_tier": "standard",
+        }
+        if model == SYNTHETIC_MODEL:
+            usage = {key: 0 for key in usage if key != "service_tier"}
+        for block in blocks:
+            line = self._base("assistant", sidechain)
+            line["message"] = {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [block],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+            }
+            line["requestId"] = request_id
+            line.update(extra)
+            self.lines.append(line)
+
+    def tool_id(self, name: str) -> str:
+        return "toolu_01" + digest(self.session_id, "tool", name, len(self.lines))[:22]
+
+
+def _thinking(text: str, session_id: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": text, "signature": "Eu" + digest(session_id, text)[:54]}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _tool_use(tool_id: str, name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}
+
+
+def _tool_result(tool_id: str, content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A user line's content answering one tool call; `content` is a string or text blocks."""
+    return [{"tool_use_id": tool_id, "type": "tool_result", "content": content}]
+
+
+# A 1x1 PNG: what Claude Code stores when a screenshot is pasted.
+_TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def proposer_transcript(
+    plan: RoundPlan,
+    shot: Shot,
+    session_id: str,
+    start_ms: int,
+    prompt: str,
+    rng: random.Random,
+    variant: str = "main",
+) -> list[dict[str, Any]]:
+    """A proposer session file: summary and queue lines, then the conversation."""
+    worktree = str(plan.worktree(shot))
+    builder = _TranscriptBuilder(session_id, worktree, shot.candidate_id, start_ms, rng)
+    summary = f"Propose {shot.candidate_id} supervisor change"
+    builder.raw({"type": "summary", "summary": summary, "leafUuid": uuid_of(session_id, "leaf")})
+    builder.raw(
+        {
+            "type": "queue-operation",
+            "operation": "enqueue",
+            "timestamp": iso(start_ms - 1_500),
+            "sessionId": session_id,
+            "content": prompt,
+        }
+    )
+    planted = shot.cases if variant == "main" else set()
+    if "empty-claude-transcript" in planted:
+        # A pasted screenshot, then the session was closed before any reply.
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _TINY_PNG}}
+        builder.user([image])
+        return builder.lines
+    builder.user(prompt)
+    _proposer_turns(builder, plan, shot, planted)
+    if "synthetic-model" in planted:
+        # Claude Code makes this message up itself when the API call fails.
+        overloaded = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error"}}'
+        builder.assistant([_text(overloaded)], model=SYNTHETIC_MODEL, isApiErrorMessage=True)
+    return builder.lines
+
+
+def _proposer_turns(builder: _TranscriptBuilder, plan: RoundPlan, shot: Shot, planted: set[str]) -> None:
+    """Read the profile, ask a sub-agent, edit, commit, report: one API message per call."""
+    session_id = builder.session_id
+    profile = f"{builder.cwd}/profiles/swe/supervisor.md"
+    first_thought = "The baseline loses instances where workers patch before reproducing. Read the profile."
+    if "empty-thinking-first-block" in planted:
+        first_thought = ""  # Claude Code writes redacted/empty thinking as its own line
+    read_id = builder.tool_id("Read")
+    builder.assistant(
+        [
+            _thinking(first_thought, session_id),
+            _text("I'll start by reading the current supervisor profile."),
+            _tool_use(read_id, "Read", {"file_path": profile}),
+        ]
+    )
+    profile_text = (
+        "     1\t# Supervisor\n     2\t## Splitting work\n     3\tSpawn one worker per failing test.\n"
+    )
+    file_info = {"type": "text", "file": {"filePath": profile, "numLines": 3}}
+    builder.user(_tool_result(read_id, profile_text), toolUseResult=file_info)
+
+    task_id = builder.tool_id("Task")
+    task_prompt = "Summarise which baseline cells failed and why, from improve-run/baseline."
+    task_input = {
+        "description": "Survey baseline failures",
+        "prompt": task_prompt,
+        "subagent_type": "general-purpose",
+    }
+    builder.assistant([_tool_use(task_id, "Task", task_input)])
+    finding = "Two of three failures patched before reproducing the bug."
+    builder.user(task_prompt, sidechain=True)
+    builder.assistant([_text(finding)], sidechain=True)
+    builder.user(_tool_result(task_id, [_text(finding)]))
+
+    edit_id = builder.tool_id("Edit")
+    edit_input = {
+        "file_path": profile,
+        "old_string": "Spawn one worker per failing test.",
+        "new_string": "Spawn one worker to reproduce the failure first.",
+    }
+    thought = "Make reproduction a hard prerequisite for spawning fixers."
+    builder.assistant([_thinking(thought, session_id), _tool_use(edit_id, "Edit", edit_input)])
+    builder.user(_tool_result(edit_id, f"The file {profile} has been updated."))
+
+    bash_id = builder.tool_id("Bash")
+    message = "supervisor: reproduce before fixing"
+    builder.assistant([_tool_use(bash_id, "Bash", {"command": f"git commit -am '{message}'"})])
+    commit = plan.campaign_of(shot.generation, shot.candidate_index).commit
+    committed = (
+        f"[{shot.candidate_id} {commit[:7]}] {message}\n 1 file changed, 2 insertions(+), 1 deletion(-)"
+    )
+    builder.user(_tool_result(bash_id, [_text(committed)]))
+    builder.assistant([_text(f"Committed the candidate change ({NON_ASCII_SAMPLE}): {message}.")])
+
+
+def sidechain_only_lines(
+    plan: RoundPlan, shot: Shot, file_stem: str, start_ms: int, rng: random.Random
+) -> list[dict[str, Any]]:
+    """A sub-agent's own file: every line is a sidechain line (Claude Code's agent-<id>.jsonl)."""
+    parent_session = plan.transcript_path(shot).stem
+    builder = _TranscriptBuilder(parent_session, str(plan.worktree(shot)), shot.candidate_id, start_ms, rng)
+    agent_id = file_stem.removeprefix("agent-")
+    builder.user(
+        "Survey the baseline failures and report the common cause.", sidechain=True, agentId=agent_id
+    )
+    builder.assistant(
+        [{"type": "text", "text": "Most failures skip reproduction."}], sidechain=True, agentId=agent_id
+    )
+    return builder.lines
