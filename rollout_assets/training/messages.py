@@ -1,7 +1,7 @@
 """A ledger transcript as training messages: the OpenAI/TRL chat shape, its digest, its prompt.
 
-A ledger message is already in the OpenAI chat-with-tools shape (docs/line-format.md, Top
-level); a training message keeps exactly its keys (`role`, `content`, `reasoning_content`,
+A ledger message is already in the OpenAI chat-with-tools shape
+(docs/line-format.md, Top level); a training message keeps exactly its keys (`role`, `content`, `reasoning_content`,
 `tool_calls` with `id`, `type`, `function.name`, `function.arguments` as a JSON string,
 `tool_call_id`, `name`) and drops nothing else, because nothing else is there.
 """
