@@ -781,7 +781,7 @@ def test_rollout_assets_materialize_prints_the_warnings_of_the_steps(tmp_path: P
 def test_rollout_assets_materialize_shows_the_stack_trace_of_an_unexpected_error(tmp_path: Path) -> None:
     """A bug is not one of the stages' sentences: its trace is what the next engineer needs."""
     raise_in_manifest = (
-        "from rollout_assets.defs import assets\n"
+        "from rollout_assets.defs.assets import manifest as assets\n"
         "def broken(*args, **kwargs):\n"
         "    raise ZeroDivisionError('the manifest stage broke')\n"
         "assets.write_manifest = broken"

@@ -201,11 +201,21 @@ def test_summary_automation_is_eager_without_waiting_for_rounds_without_stats(de
     ]
 
 
-def test_checks_are_exactly_the_six_on_their_assets(defs: Definitions) -> None:
+def test_checks_are_exactly_the_seven_on_their_assets(defs: Definitions) -> None:
     keys = defs.resolve_asset_graph().asset_check_keys
     assert {(key.name, key.asset_key.to_user_string()) for key in keys} == {
         (name, asset) for name, (asset, _) in CHECKS.items()
     }
+
+
+def test_the_ledgers_blocking_checks_are_the_ones_whose_verdicts_are_asked(defs: Definitions) -> None:
+    from rollout_assets.defs.constants import LEDGER_BLOCKING_CHECKS
+
+    blocking = {
+        spec.name for checks in defs.asset_checks for spec in checks.check_specs
+        if spec.blocking and spec.asset_key == AssetKey("rollout_ledger")
+    }  # fmt: skip
+    assert blocking == set(LEDGER_BLOCKING_CHECKS)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -250,31 +260,52 @@ def test_resources_read_their_environment_variables(
         ROLLOUT_QUIET_PERIOD_SECONDS="7",
     )
     resources = defs.resources
+    locations = resources["locations"]
 
     # Bound as EnvVar, so the UI shows the variable and a run resolves it.
-    assert [type(resources[name]).__name__ for name in ("rounds_root", "opencode", "claude", "ledger_root")] == [
+    assert [type(getattr(locations, name)).__name__ for name in ("rounds_root", "opencode", "claude", "ledger_root")] == [
         "RoundsRoot", "OpencodeDatabase", "ClaudeProjects", "LedgerRoot",
     ]  # fmt: skip
-    assert isinstance(resources["rounds_root"].root_dir, EnvVar)
-    resolved = {name: resources[name].process_config_and_initialize() for name in resources}
-    assert resolved["rounds_root"].path == tmp_path / "rounds"
-    assert resolved["opencode"].db_path == tmp_path / "opencode.db"
-    assert resolved["claude"].path == tmp_path / "claude"
-    assert resolved["ledger_root"].path == tmp_path / "ledgers"
-    assert resolved["round_discovery"].quiet_period_seconds == 7
+    assert isinstance(locations.rounds_root.root_dir, EnvVar)
+    with locations.process_config_and_initialize_cm() as resolved:
+        assert resolved.rounds_root.path == tmp_path / "rounds"
+        assert resolved.opencode.db_path == tmp_path / "opencode.db"
+        assert resolved.claude.path == tmp_path / "claude"
+        assert resolved.ledger_root.path == tmp_path / "ledgers"
+    assert resources["round_discovery"].process_config_and_initialize().quiet_period_seconds == 7
 
 
 def test_resources_fall_back_to_the_documented_defaults(load_definitions: Callable[..., Definitions]) -> None:
     resources = load_definitions().resources
+    locations = resources["locations"]
     home = os.path.expanduser("~")
 
-    assert resources["rounds_root"].root_dir == "./rounds"
-    assert resources["ledger_root"].root_dir == "./ledgers"
-    assert resources["rounds_root"].path == Path.cwd() / "rounds"
-    assert resources["ledger_root"].path == Path.cwd() / "ledgers"
-    assert resources["opencode"].db_path == Path(home, ".local", "share", "opencode", "opencode.db")
-    assert resources["claude"].path == Path(home, ".claude", "projects")
+    assert locations.rounds_root.root_dir == "./rounds"
+    assert locations.ledger_root.root_dir == "./ledgers"
+    assert locations.rounds_root.path == Path.cwd() / "rounds"
+    assert locations.ledger_root.path == Path.cwd() / "ledgers"
+    assert locations.opencode.db_path == Path(home, ".local", "share", "opencode", "opencode.db")
+    assert locations.claude.path == Path(home, ".claude", "projects")
     assert resources["round_discovery"].quiet_period_seconds == 120
+
+
+def test_the_rounds_root_and_ledger_root_are_bound_once_for_every_user(
+    load_definitions: Callable[..., Definitions], tmp_path: Path
+) -> None:
+    # The sensor and `rollout-assets materialize` use the very objects the assets and checks do.
+    resources = load_definitions(ROLLOUT_ROUNDS_ROOT=str(tmp_path / "rounds")).resources
+
+    assert sorted(resources) == ["ledger_root", "locations", "round_discovery", "rounds_root"]
+    assert resources["rounds_root"] is resources["locations"].rounds_root
+    assert resources["ledger_root"] is resources["locations"].ledger_root
+
+
+def test_the_resources_docstring_table_names_exactly_the_bound_resources(defs: Definitions) -> None:
+    from rollout_assets.defs import resources as resources_module
+
+    rows = [line.split("|") for line in resources_module.__doc__.splitlines() if line.startswith("| ")]
+    documented = {(row[1].strip(), row[2].strip()) for row in rows[1:] if not row[1].startswith("   .")}
+    assert documented == {(key, type(resource).__name__) for key, resource in defs.resources.items()}
 
 
 @pytest.mark.parametrize(("value", "expected"), [("5", 5), (None, 60)])
@@ -492,3 +523,4 @@ def test_the_domain_core_imports_no_dagster() -> None:
     code = f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\nprint(sorted({{m.split('.')[0] for m in sys.modules}} & {{'dagster', 'dagster_webserver', 'dagster_graphql'}}))"
     completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert completed.stdout.strip() == "[]"
+
