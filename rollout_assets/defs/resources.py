@@ -17,7 +17,7 @@ environment variable with a local default:
 Misconfiguration gives one sentence that says what to set. The inputs are read-only, so a
 ledger root that overlaps the rounds root or the Claude projects folder, or that holds the
 opencode store, is refused before anything is written (`RoundLocations`, checked once when a
-run sets it up).
+run sets it up), and so is a round's output folder that leads among them through a symlink.
 """
 
 from __future__ import annotations
@@ -209,7 +209,9 @@ class RoundLocations(ConfigurableResource):
 
     Whether the ledger root is apart from the inputs is checked once, when a run sets the
     resource up; every stage that writes then refuses a ledger root that is not, so the step
-    fails naming its round, while checks, which write nothing, still run.
+    fails naming its round, while checks, which write nothing, still run. A round's own output
+    folders are checked each time a stage asks for them: a symlink there could lead among the
+    inputs even under a ledger root that is apart.
     """
 
     rounds_root: RoundsRoot
@@ -248,9 +250,20 @@ class RoundLocations(ConfigurableResource):
         return self.ledger_root.outputs(round_key)
 
     def writable_outputs(self, round_key: str) -> RoundOutputs:
-        """The output folder of round `round_key`, created only once the ledger root is known to
-        be apart from every input. Each stage asks, since a run may select any one of them."""
+        """The output folder of round `round_key`, created only once the ledger root and the
+        round's folders under it are known to be apart from every input. Each stage asks, since
+        a run may select any one of them."""
         self.check_ledger_root()
+        outputs = self.ledger_root.outputs(round_key)
+        # The folders the stages write in (the round's, stages/, stages/built-from/): a symlink
+        # at any of them could lead among the inputs.
+        for folder in (outputs.manifest.parent, outputs.campaign_cells.parent, outputs.built_from("round_manifest").parent):
+            overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
+            if overlap is not None:
+                raise ConfigurationError(
+                    f"refusing the output folder {folder} of round {round_key}: symlinks followed, {overlap[0]}; "
+                    "replace the link with a folder of its own"
+                )
         return self.ledger_root.writable_outputs(round_key)
 
 
