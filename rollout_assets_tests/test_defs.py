@@ -3,6 +3,7 @@ resources and their environment variables, the code-location pointers, and the p
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import subprocess
@@ -524,3 +525,108 @@ def test_the_domain_core_imports_no_dagster() -> None:
     completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert completed.stdout.strip() == "[]"
 
+
+# ---------------------------------------------------------------------------
+# The import graph of the package
+# ---------------------------------------------------------------------------
+
+
+def _package_modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    package = Path(definitions_module.__file__).parent
+    modules = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The names an import statement of `module` imports: `from X import Y` imports module X.Y
+    when there is one, else X. Relative imports are resolved."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = module.split(".") if is_package else module.split(".")[:-1]
+        base = ".".join([*anchor[: len(anchor) - node.level + 1], *([node.module] if node.module else [])])
+    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its code: at the top, inside a
+    function (a lazy import hides a cycle at import time, not from the reader) or for typing."""
+    modules = _package_modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = _imported(node, module, path.name == "__init__.py")
+                # `from X import Y`: module X.Y if there is one, else X itself.
+                first = next((name for name in names if name in modules), None)
+                if first is not None:
+                    imported.add(first)
+        graph[module] = imported - {module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph`: each strongly connected group of two or more modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_every_module_of_the_package_imports() -> None:
+    for module in _package_modules():
+        importlib.import_module(module)
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_import_graph_holds_imports_made_inside_functions() -> None:
+    graph = _import_graph()
+    # `rollout-assets materialize` imports the definitions only when it runs.
+    assert "rollout_assets.definitions" in graph["rollout_assets.materialize"]
+    assert graph["rollout_assets.defs.assets.stats"] >= {"rollout_assets.defs.instance", "rollout_assets.defs.failures"}
+
+
+def test_the_cycle_finder_finds_every_cycle_and_only_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_the_package_uses_only_the_public_dagster_api() -> None:
+    private = [
+        (module, name)
+        for module, path in _package_modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        if name.startswith("dagster._")
+    ]
+    assert private == []
