@@ -33,7 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_assets.sources.fingerprint import RoundFingerprint, fingerprint_round, unreadable_round_fingerprint
+from rollout_assets.sources.fingerprint import (
+    RoundFingerprint,
+    fingerprint_round,
+    unreadable_round_fingerprint,
+)
 from rollout_assets.sources.round import RoundInputError
 
 SENSOR_NAME = "round_dirs_sensor"
@@ -108,7 +112,11 @@ class Cursor:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"rounds": dict(self.requested), "requests": dict(self.requests), "missing": sorted(self.missing)},
+            {
+                "rounds": dict(self.requested),
+                "requests": dict(self.requests),
+                "missing": sorted(self.missing),
+            },
             sort_keys=True,
         )
 
@@ -192,6 +200,19 @@ def _last_written(key: str, fingerprint: RoundFingerprint, now: float, quiet_per
     return last_written
 
 
+def _closing_log(
+    gone: list[str], waiting: list[str], readded: list[str], quiet_period: int
+) -> list[tuple[int, str]]:
+    """What a tick says, after its rounds, about rounds newly gone, waiting, and added again."""
+    gone_line = "round {}: directory disappeared; its partition and ledger are left in place"
+    waiting_line = "round {}: inputs changed less than " + f"{quiet_period} s ago; waiting"
+    readded_line = "round {}: its partition was deleted while its directory stays; adding it again"
+    log = [(logging.WARNING, gone_line.format(key)) for key in gone]
+    log += [(logging.INFO, waiting_line.format(key)) for key in waiting]
+    log += [(logging.INFO, readded_line.format(key)) for key in readded]
+    return log
+
+
 def plan_tick(
     found: FoundRounds,
     cursor: Cursor,
@@ -239,15 +260,7 @@ def plan_tick(
         requested[key] = fingerprint.digest
     # A round whose folder could not be looked into is still there: skipped with its warning.
     missing = {key for key in requested if key not in found.rounds and key not in found.unreadable}
-    log += [
-        (logging.WARNING, f"round {key}: directory disappeared; its partition and ledger are left in place")
-        for key in sorted(missing - cursor.missing)
-    ]
-    log += [(logging.INFO, f"round {key}: inputs changed less than {quiet_period} s ago; waiting") for key in waiting]
-    log += [
-        (logging.INFO, f"round {key}: its partition was deleted while its directory stays; adding it again")
-        for key in readded
-    ]
+    log += _closing_log(sorted(missing - cursor.missing), waiting, readded, quiet_period)
     skip_reason = None
     if not requests and not new_partitions:
         skip_reason = "no new or changed rounds" + (f"; {len(waiting)} still settling" if waiting else "")

@@ -48,14 +48,22 @@ def plan(
     run_keys=lambda: [],
 ) -> TickPlan:
     return plan_tick(
-        rounds, cursor, partitions=partitions, now=NOW, quiet_period=QUIET, materialized=materialized, run_keys=run_keys
+        rounds,
+        cursor,
+        partitions=partitions,
+        now=NOW,
+        quiet_period=QUIET,
+        materialized=materialized,
+        run_keys=run_keys,
     )
 
 
 def test_a_new_round_is_requested_and_its_partition_added() -> None:
     ticked = plan(found(round_001=("d1", 600)))
 
-    assert [(r.key, r.run_key, r.out_dir) for r in ticked.requests] == [(ROUND, f"{ROUND}:d1:1", Path("/rounds", ROUND))]
+    assert [(r.key, r.run_key, r.out_dir) for r in ticked.requests] == [
+        (ROUND, f"{ROUND}:d1:1", Path("/rounds", ROUND))
+    ]
     assert ticked.requests[0].last_written == NOW - 600
     assert ticked.new_partitions == [ROUND]
     assert ticked.skip_reason is None
@@ -76,7 +84,13 @@ def test_a_changed_round_gets_its_next_request_number_and_no_new_partition() -> 
 def test_an_unchanged_round_is_skipped_without_asking_the_instance() -> None:
     cursor = Cursor({ROUND: "d1"}, {ROUND: 1})
 
-    ticked = plan(found(round_001=("d1", 600)), cursor, partitions=frozenset({ROUND}), materialized=unasked, run_keys=unasked)
+    ticked = plan(
+        found(round_001=("d1", 600)),
+        cursor,
+        partitions=frozenset({ROUND}),
+        materialized=unasked,
+        run_keys=unasked,
+    )
 
     assert (ticked.requests, ticked.new_partitions, ticked.log) == ([], [], [])
     assert ticked.skip_reason == "no new or changed rounds"
@@ -93,13 +107,18 @@ def test_a_round_inside_its_quiet_period_waits() -> None:
 
 
 def test_a_file_dated_far_ahead_is_left_out_of_the_quiet_period_with_a_warning() -> None:
-    rounds = FoundRounds({ROUND: FoundRound(Path("/r"), RoundFingerprint("d1", 2, 1, 0, (NOW - 600, NOW + 3600)))})
+    rounds = FoundRounds(
+        {ROUND: FoundRound(Path("/r"), RoundFingerprint("d1", 2, 1, 0, (NOW - 600, NOW + 3600)))}
+    )
 
     ticked = plan(rounds)
 
     assert [r.run_key for r in ticked.requests] == [f"{ROUND}:d1:1"]
     assert ticked.log == [
-        (logging.WARNING, f"round {ROUND}: an input file or folder is dated 3600 s in the future; the quiet period leaves it out")
+        (
+            logging.WARNING,
+            f"round {ROUND}: an input file or folder is dated 3600 s in the future; the quiet period leaves it out",
+        )
     ]
 
 
@@ -111,7 +130,12 @@ def test_a_round_whose_ledger_holds_its_current_inputs_is_not_requested() -> Non
         asked.append(key)
         return "d1"
 
-    ticked = plan(found(round_001=("d1", 600)), partitions=frozenset({ROUND}), materialized=materialized, run_keys=unasked)
+    ticked = plan(
+        found(round_001=("d1", 600)),
+        partitions=frozenset({ROUND}),
+        materialized=materialized,
+        run_keys=unasked,
+    )
 
     assert asked == [ROUND]
     assert ticked.requests == []
@@ -126,7 +150,15 @@ def test_a_ledger_of_other_inputs_does_not_stop_the_request() -> None:
 
 
 def test_the_request_number_exceeds_every_one_in_the_sensors_run_keys_and_bad_keys_are_left_out() -> None:
-    run_keys = [f"{ROUND}:d1:3", f"{ROUND}:d0", f"{ROUND}:d1:x", f"{ROUND}:d1:²", "", "other:d9:7", f"{ROUND}:a:b:4"]
+    run_keys = [
+        f"{ROUND}:d1:3",
+        f"{ROUND}:d0",
+        f"{ROUND}:d1:x",
+        f"{ROUND}:d1:²",
+        "",
+        "other:d9:7",
+        f"{ROUND}:a:b:4",
+    ]
 
     ticked = plan(found(round_001=("d1", 600)), Cursor({}, {ROUND: 1}), run_keys=lambda: run_keys)
 
@@ -184,7 +216,10 @@ def test_a_round_not_looked_into_this_tick_is_not_taken_for_gone() -> None:
         (None, Cursor()),
         ("", Cursor()),
         ('{"rounds": {"r": "d"}, "missing": []}', Cursor({"r": "d"}, {}, frozenset())),
-        ('{"rounds": {"r": "d"}, "requests": {"r": 2}, "missing": ["g"]}', Cursor({"r": "d"}, {"r": 2}, frozenset({"g"}))),
+        (
+            '{"rounds": {"r": "d"}, "requests": {"r": 2}, "missing": ["g"]}',
+            Cursor({"r": "d"}, {"r": 2}, frozenset({"g"})),
+        ),
     ],
 )
 def test_a_cursor_it_wrote_is_read_back(text: str | None, expected: Cursor) -> None:
@@ -192,5 +227,7 @@ def test_a_cursor_it_wrote_is_read_back(text: str | None, expected: Cursor) -> N
 
 
 def test_a_cursor_of_another_shape_is_refused() -> None:
-    with pytest.raises(CursorError, match=r"^the cursor of round_dirs_sensor cannot be read \(it is not a JSON object\)"):
+    with pytest.raises(
+        CursorError, match=r"^the cursor of round_dirs_sensor cannot be read \(it is not a JSON object\)"
+    ):
         read_cursor("[]")

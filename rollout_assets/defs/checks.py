@@ -86,28 +86,36 @@ def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
-def every_cell_has_one_supervisor_line(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def every_cell_has_one_supervisor_line(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """Every campaign cell of the round has exactly one supervisor line."""
     inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.supervisors_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
-def every_worker_session_accounted_for(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def every_worker_session_accounted_for(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """Every worker cwd of any result.json has a worker line; every opencode session of them appears once per cell listing its cwd."""
     inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.workers_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
-def every_shot_receipt_has_one_proposer_line(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def every_shot_receipt_has_one_proposer_line(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """Every proposer shot receipt of the round has exactly one proposer line."""
     inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.proposers_verdict(inputs, ledger), context.partition_key)
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
-def every_line_is_its_invocation_in_order(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def every_line_is_its_invocation_in_order(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """The lines are exactly the invocations the inputs name, in ledger order: ids follow from
     the inputs and from each line's fields, run_id is the round's, supervisor and worker
     rewards are the cell's verdict; each line's role, parent, reward_source and gap are the
@@ -117,13 +125,17 @@ def every_line_is_its_invocation_in_order(context: AssetCheckExecutionContext, l
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
-def ledger_lines_valid_and_linked(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def ledger_lines_valid_and_linked(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """Every line validates, empty transcripts carry a gap reason, ids are unique, parents exist."""
     return _result(audit.integrity_verdict(_ledger(context, locations)), context.partition_key)
 
 
 @asset_check(asset=ROLLOUT_STATS, partitions_def=ROUNDS, blocking=True)
-def stats_reconcile_with_ledger(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def stats_reconcile_with_ledger(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward;
     gap lines by reason = the ledger's gaps by their wording; per role, rewards labeled and their
     mean, lines with a cost and their sum, as the ledger holds them; the join counters (sessions
@@ -134,7 +146,9 @@ def stats_reconcile_with_ledger(context: AssetCheckExecutionContext, locations: 
 
 
 @asset_check(asset=CAMPAIGN_CELLS, partitions_def=ROUNDS, blocking=False)
-def every_cell_lists_its_workers(context: AssetCheckExecutionContext, locations: RoundLocations) -> AssetCheckResult:
+def every_cell_lists_its_workers(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
     """Warns about cells whose workers ran but cannot be listed: result.json missing or unreadable,
     or counting spawned workers without naming their cwds."""
     key = context.partition_key

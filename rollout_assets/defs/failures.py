@@ -31,7 +31,9 @@ def _details(error: RoundError) -> dict[str, Any]:
 def round_failure(error: RoundError, round_key: str | None = None) -> Failure:
     """The step failure for `error`, of round `round_key` (None for a step of no one round)."""
     metadata: dict[str, Any] = {} if round_key is None else {"round": round_key}
-    return Failure(description=str(error), metadata={**metadata, "error": type(error).__name__, **_details(error)})
+    return Failure(
+        description=str(error), metadata={**metadata, "error": type(error).__name__, **_details(error)}
+    )
 
 
 @contextmanager

@@ -3,16 +3,16 @@
 Each is a `ConfigurableResource` bound in `rollout_assets.definitions`, its locations from an
 environment variable with a local default:
 
-| key             | resource         | holds                                       | variable (default)                                    |
-|-----------------|------------------|---------------------------------------------|-------------------------------------------------------|
-| locations       | RoundLocations   | the four locations below, for assets/checks | (those of its four parts)                             |
-|   .rounds_root  | RoundsRoot       | one outDir per round                        | ROLLOUT_ROUNDS_ROOT (./rounds)                        |
-|   .opencode     | OpencodeDatabase | the opencode store of worker sessions       | OPENCODE_DB (~/.local/share/opencode/opencode.db)     |
-|   .claude       | ClaudeProjects   | the Claude Code proposer transcripts        | CLAUDE_PROJECTS_DIR (~/.claude/projects)              |
-|   .ledger_root  | LedgerRoot       | the outputs, one folder per round           | ROLLOUT_LEDGER_ROOT (./ledgers)                       |
-| rounds_root     | RoundsRoot       | locations.rounds_root itself, for the sensor | ROLLOUT_ROUNDS_ROOT (./rounds)                       |
-| ledger_root     | LedgerRoot       | locations.ledger_root itself                | ROLLOUT_LEDGER_ROOT (./ledgers)                       |
-| round_discovery | RoundDiscovery   | the sensor's quiet period in seconds        | ROLLOUT_QUIET_PERIOD_SECONDS (120)                    |
+| key             | resource         | variable (default)                                 |
+|-----------------|------------------|----------------------------------------------------|
+| locations       | RoundLocations   | the four below, as one, for the assets and checks  |
+|   .rounds_root  | RoundsRoot       | ROLLOUT_ROUNDS_ROOT (./rounds)                     |
+|   .opencode     | OpencodeDatabase | OPENCODE_DB (~/.local/share/opencode/opencode.db)  |
+|   .claude       | ClaudeProjects   | CLAUDE_PROJECTS_DIR (~/.claude/projects)           |
+|   .ledger_root  | LedgerRoot       | ROLLOUT_LEDGER_ROOT (./ledgers)                    |
+| rounds_root     | RoundsRoot       | locations.rounds_root itself, for the sensor       |
+| ledger_root     | LedgerRoot       | locations.ledger_root itself                       |
+| round_discovery | RoundDiscovery   | ROLLOUT_QUIET_PERIOD_SECONDS (120)                 |
 
 Misconfiguration gives one sentence that says what to set. The inputs are read-only, so a
 ledger root that overlaps the rounds root or the Claude projects folder, or that holds the
@@ -150,14 +150,20 @@ def _overlap_with_inputs(
     ):
         relation = folder_relation(folder, inputs)
         if relation is not None:
-            return f"it {relation} the {name} {inputs}, and inputs are never written", f"apart from {variable}"
+            return (
+                f"it {relation} the {name} {inputs}, and inputs are never written",
+                f"apart from {variable}",
+            )
     store = opencode.db_path
     for store_file in sqlite_files(store):
         if is_inside(store_file, folder):
             what = f"the opencode database {store}"
             if store_file != real_path(store):
                 what = f"{store_file}, a file SQLite keeps beside {what},"
-            return f"{what} lies inside it, and outputs there could overwrite the store", "that does not hold OPENCODE_DB"
+            return (
+                f"{what} lies inside it, and outputs there could overwrite the store",
+                "that does not hold OPENCODE_DB",
+            )
     return None
 
 
@@ -257,7 +263,11 @@ class RoundLocations(ConfigurableResource):
         outputs = self.ledger_root.outputs(round_key)
         # The folders the stages write in (the round's, stages/, stages/built-from/): a symlink
         # at any of them could lead among the inputs.
-        for folder in (outputs.manifest.parent, outputs.campaign_cells.parent, outputs.built_from("round_manifest").parent):
+        for folder in (
+            outputs.manifest.parent,
+            outputs.campaign_cells.parent,
+            outputs.built_from("round_manifest").parent,
+        ):
             overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
             if overlap is not None:
                 raise ConfigurationError(
@@ -279,7 +289,9 @@ def list_round_dirs(root: Path, log: Any) -> RoundDirs:
     try:
         names = sorted(os.listdir(root))
     except OSError as error:
-        return RoundDirs(root_problem=f"rounds root {root} cannot be listed ({error.strerror}): set ROLLOUT_ROUNDS_ROOT")
+        return RoundDirs(
+            root_problem=f"rounds root {root} cannot be listed ({error.strerror}): set ROLLOUT_ROUNDS_ROOT"
+        )
     rounds: dict[str, Path] = {}
     unreadable: set[str] = set()
     for name in names:

@@ -20,12 +20,22 @@ from rollout_assets.defs.constants import ROUND_OUTDIR
 from rollout_assets.defs.instance import materialized_fingerprint, round_partitions, sensor_run_keys
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.partitions import ROUNDS
-from rollout_assets.defs.resources import RoundDiscovery, RoundsRoot, list_round_dirs, seconds_from_environment
+from rollout_assets.defs.resources import (
+    RoundDiscovery,
+    RoundsRoot,
+    list_round_dirs,
+    seconds_from_environment,
+)
 from rollout_assets.defs.summary import rounds_summary
 from rollout_assets.discovery import SENSOR_NAME, RoundRequest, fingerprint_rounds, plan_tick, read_cursor
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG
 
 SENSOR_INTERVAL_SECONDS = seconds_from_environment("ROLLOUT_SENSOR_INTERVAL_SECONDS", 60, minimum=1)
+
+
+def _run_request(request: RoundRequest) -> RunRequest:
+    tags = {INPUT_FINGERPRINT_TAG: request.fingerprint.digest}
+    return RunRequest(partition_key=request.key, run_key=request.run_key, tags=tags)
 
 
 def _observation(request: RoundRequest) -> AssetObservation:
@@ -86,12 +96,10 @@ def round_dirs_sensor(
     if plan.skip_reason is not None:
         context.update_cursor(plan.cursor)
         return SkipReason(plan.skip_reason)
+    added = [ROUNDS.build_add_request(plan.new_partitions)] if plan.new_partitions else []
     return SensorResult(
-        run_requests=[
-            RunRequest(partition_key=r.key, run_key=r.run_key, tags={INPUT_FINGERPRINT_TAG: r.fingerprint.digest})
-            for r in plan.requests
-        ],
-        dynamic_partitions_requests=[ROUNDS.build_add_request(plan.new_partitions)] if plan.new_partitions else [],
+        run_requests=[_run_request(request) for request in plan.requests],
+        dynamic_partitions_requests=added,
         asset_events=[_observation(request) for request in plan.requests],
         cursor=plan.cursor,
     )

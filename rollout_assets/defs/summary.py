@@ -52,7 +52,9 @@ def _round_keys(context: AssetExecutionContext) -> tuple[list[str], list[str]]:
     return keys, invalid_keys
 
 
-def _rounds_present(context: AssetExecutionContext, locations: RoundLocations, keys: list[str]) -> set[str] | None:
+def _rounds_present(
+    context: AssetExecutionContext, locations: RoundLocations, keys: list[str]
+) -> set[str] | None:
     """The rounds whose directory is in the rounds root; None, with a warning, when the root
     cannot be listed (missing, unmounted, another ROLLOUT_ROUNDS_ROOT): then nothing is known
     of any round's directory, and no round is marked gone."""
@@ -75,7 +77,9 @@ def _rounds_present(context: AssetExecutionContext, locations: RoundLocations, k
     return present
 
 
-def _why_without_stats(context: AssetExecutionContext, rounds: list[str], locations: RoundLocations) -> dict[str, str]:
+def _why_without_stats(
+    context: AssetExecutionContext, rounds: list[str], locations: RoundLocations
+) -> dict[str, str]:
     """Why each round has no stats file, from what the instance recorded of its ledger."""
     checks = ledger_checks(context.instance, rounds)
     reasons = {}
@@ -111,11 +115,15 @@ def _log_left_out_and_gone(context: AssetExecutionContext, reasons: dict[str, st
         )
 
 
-def _write_summary(locations: RoundLocations, keys: list[str], present: set[str] | None) -> tuple[DataFrame, list[str]]:
+def _write_summary(
+    locations: RoundLocations, keys: list[str], present: set[str] | None
+) -> tuple[DataFrame, list[str]]:
     """(the summary written at the ledger root, the rounds left out of it for want of stats)."""
     path = locations.ledger_root.path / SUMMARY_FILE_NAME
     try:
-        frame, without_stats = build_rounds_summary(((key, locations.outputs(key)) for key in keys), present=present)
+        frame, without_stats = build_rounds_summary(
+            ((key, locations.outputs(key)) for key in keys), present=present
+        )
         write_parquet_atomic(frame, path)
     except StatsFileError as error:
         raise Failure(description=str(error), metadata={"error": type(error).__name__}) from error

@@ -15,7 +15,14 @@ from rollout_assets.defs.assets.proposers import proposer_transcripts
 from rollout_assets.defs.assets.stats import rollout_stats
 from rollout_assets.defs.assets.workers import worker_sessions
 
-ROUND_ASSETS = [round_manifest, campaign_cells, worker_sessions, proposer_transcripts, rollout_ledger, rollout_stats]
+ROUND_ASSETS = [
+    round_manifest,
+    campaign_cells,
+    worker_sessions,
+    proposer_transcripts,
+    rollout_ledger,
+    rollout_stats,
+]
 
 __all__ = [
     "EXTERNAL_INPUTS",

@@ -18,7 +18,9 @@ from rollout_assets.stages import write_rollout_ledger
 
 def role_and_gap_metadata(stats: BackfillStats) -> dict[str, Any]:
     """Lines per role and per gap reason, as numbers the UI plots across rounds."""
-    metadata: dict[str, Any] = {f"lines_{role}": stats.by_role.get(role, 0) for role in ("supervisor", "worker", "proposer")}
+    metadata: dict[str, Any] = {
+        f"lines_{role}": stats.by_role.get(role, 0) for role in ("supervisor", "worker", "proposer")
+    }
     metadata.update({f"gap_{kind}": stats.by_gap_kind.get(kind, 0) for kind in GAP_KINDS})
     return metadata
 

@@ -32,7 +32,10 @@ def _input_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | N
 
 
 def _candidates_table(manifest: RoundManifest) -> str:
-    rows = ["| candidate | generation | commit | cells | reps | resolved | cached | shots | cost USD |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| candidate | generation | commit | cells | reps | resolved | cached | shots | cost USD |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for entry in manifest.entries:
         commit = entry.commit[:10] if entry.commit else "—"
         rows.append(

@@ -15,7 +15,9 @@ from rollout_assets.defs.resources import ClaudeProjects, RoundLocations
 from rollout_assets.stages import RoundOutputs, write_proposer_transcripts
 
 
-def _metadata(stats: BackfillStats, outputs: RoundOutputs, claude: ClaudeProjects, available: bool) -> dict[str, Any]:
+def _metadata(
+    stats: BackfillStats, outputs: RoundOutputs, claude: ClaudeProjects, available: bool
+) -> dict[str, Any]:
     return {
         "path": MetadataValue.path(str(outputs.proposer_transcripts)),
         "lines": stats.lines,

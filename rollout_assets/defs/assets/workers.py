@@ -47,5 +47,7 @@ def worker_sessions(context: AssetExecutionContext, locations: RoundLocations) -
         captured_at = run_created_at(context.instance, context.run.run_id)
         stats = write_worker_sessions(outputs, opencode.db_path, captured_at, context.log.info)
     if unavailable is None and not stats.opencode_db_available:
-        context.log.warning(f"opencode database {opencode.db_path} could not be read: worker lines are gap lines")
+        context.log.warning(
+            f"opencode database {opencode.db_path} could not be read: worker lines are gap lines"
+        )
     return MaterializeResult(metadata=_metadata(stats, outputs, opencode))
