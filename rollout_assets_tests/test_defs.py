@@ -553,20 +553,34 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) 
     return [f"{base}.{alias.name}" for alias in node.names] + [base]
 
 
+def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: at the top or inside a function (a lazy import hides
+    a cycle at import time, not from the reader), but not under `if TYPE_CHECKING:`, which never
+    runs (the idiom for an annotation's type from a module that imports this one)."""
+    for_typing = {
+        id(node)
+        for guard in ast.walk(tree)
+        if isinstance(guard, ast.If) and "TYPE_CHECKING" in ast.unparse(guard.test)
+        for statement in guard.body
+        for node in ast.walk(statement)
+    }
+    return [
+        node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in for_typing
+    ]
+
+
 def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports anywhere in its code: at the top, inside a
-    function (a lazy import hides a cycle at import time, not from the reader) or for typing."""
+    """Module -> the package's modules it imports (see `_runtime_imports`)."""
     modules = _package_modules()
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                names = _imported(node, module, path.name == "__init__.py")
-                # `from X import Y`: module X.Y if there is one, else X itself.
-                first = next((name for name in names if name in modules), None)
-                if first is not None:
-                    imported.add(first)
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            names = _imported(node, module, path.name == "__init__.py")
+            # `from X import Y`: module X.Y if there is one, else X itself.
+            first = next((name for name in names if name in modules), None)
+            if first is not None:
+                imported.add(first)
         graph[module] = imported - {module}
     return graph
 
@@ -613,6 +627,14 @@ def test_the_import_graph_holds_imports_made_inside_functions() -> None:
     # `rollout-assets materialize` imports the definitions only when it runs.
     assert "rollout_assets.definitions" in graph["rollout_assets.materialize"]
     assert graph["rollout_assets.defs.assets.stats"] >= {"rollout_assets.defs.instance", "rollout_assets.defs.failures"}
+
+
+def test_the_import_graph_leaves_out_imports_for_type_checking_only() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import B\n"
+        "def f():\n    import c\n"
+    )
+    assert [ast.unparse(node) for node in _runtime_imports(tree)] == ["from typing import TYPE_CHECKING", "import c"]
 
 
 def test_the_cycle_finder_finds_every_cycle_and_only_cycles() -> None:
