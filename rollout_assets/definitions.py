@@ -19,10 +19,12 @@ from rollout_assets.defs.resources import (
     ClaudeProjects,
     LedgerRoot,
     OpencodeDatabase,
+    RoundDiscovery,
+    RoundLocations,
     RoundsRoot,
     seconds_from_environment,
 )
-from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor, rounds_summary_automation
+from rollout_assets.defs.sensors import round_dirs_sensor, rounds_summary_automation
 from rollout_assets.defs.summary import rounds_summary
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
@@ -34,11 +36,21 @@ def _env_or_default(variable: str, default: str) -> str | EnvVar:
 
 
 def build_resources() -> dict[str, object]:
+    """The resources by key (the table in `rollout_assets.defs.resources`)."""
+    locations = RoundLocations(
+        rounds_root=RoundsRoot(root_dir=_env_or_default("ROLLOUT_ROUNDS_ROOT", "./rounds")),
+        opencode=OpencodeDatabase(path=_env_or_default("OPENCODE_DB", DEFAULT_OPENCODE_DB)),
+        claude=ClaudeProjects(
+            projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)
+        ),
+        ledger_root=LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
+    )
     return {
-        "rounds_root": RoundsRoot(root_dir=_env_or_default("ROLLOUT_ROUNDS_ROOT", "./rounds")),
-        "opencode": OpencodeDatabase(path=_env_or_default("OPENCODE_DB", DEFAULT_OPENCODE_DB)),
-        "claude": ClaudeProjects(projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)),
-        "ledger_root": LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
+        "locations": locations,
+        # The same objects again, on their own: the sensor lists the rounds root, and
+        # `rollout-assets materialize` reads where the rounds and their ledgers are.
+        "rounds_root": locations.rounds_root,
+        "ledger_root": locations.ledger_root,
         "round_discovery": RoundDiscovery(
             quiet_period_seconds=seconds_from_environment("ROLLOUT_QUIET_PERIOD_SECONDS", 120, minimum=0)
         ),
