@@ -9,12 +9,18 @@ from dagster import AssetKey
 ROUNDS_GROUP = "rounds"
 SOURCES_GROUP = "sources"
 SUMMARY_GROUP = "summary"
+TRAINING_GROUP = "training"
+RELEASE_GROUP = "release"
 OWNERS = ["team:rollouts"]
 
 ROUND_OUTDIR = AssetKey("round_outdir")
 CAMPAIGN_CELLS = AssetKey("campaign_cells")
 ROLLOUT_LEDGER = AssetKey("rollout_ledger")
 ROLLOUT_STATS = AssetKey("rollout_stats")
+SFT_ROWS = AssetKey("sft_rows")
+PREFERENCE_PAIRS = AssetKey("preference_pairs")
+GRPO_GROUPS = AssetKey("grpo_groups")
+TRAINING_DATASETS = {"sft_rows": SFT_ROWS, "preference_pairs": PREFERENCE_PAIRS, "grpo_groups": GRPO_GROUPS}
 
 # The blocking checks of `rollout_ledger` (defined in `rollout_assets.defs.checks`), whose
 # verdicts `rollout_stats` and the summary ask the instance for. By name, so that asking does not

@@ -130,8 +130,8 @@ class LedgerChecks:
         return f"the blocking check(s) {', '.join(self.not_evaluated)} have not been evaluated on its latest ledger"
 
 
-def _ledger_materialized(instance: DagsterInstance, round_key: str) -> bool:
-    records_filter = AssetRecordsFilter(asset_key=ROLLOUT_LEDGER, asset_partitions=[round_key])
+def _materialized(instance: DagsterInstance, asset: AssetKey, round_key: str) -> bool:
+    records_filter = AssetRecordsFilter(asset_key=asset, asset_partitions=[round_key])
     return bool(instance.fetch_materializations(records_filter, limit=1).records)
 
 
@@ -139,10 +139,18 @@ def ledger_checks(instance: DagsterInstance, round_keys: Iterable[str]) -> dict[
     """The blocking checks of each round's latest `rollout_ledger` materialization, as the
     instance recorded them: one query per check for all the rounds, and one per round that
     no check evaluated."""
+    return blocking_checks(instance, ROLLOUT_LEDGER, LEDGER_BLOCKING_CHECKS, round_keys)
+
+
+def blocking_checks(
+    instance: DagsterInstance, asset: AssetKey, check_names: Iterable[str], round_keys: Iterable[str]
+) -> dict[str, LedgerChecks]:
+    """The checks `check_names` of each round's latest materialization of `asset`, as the
+    instance recorded them (see `ledger_checks`)."""
     round_keys = list(round_keys)
     if not round_keys:
         return {}
-    blocking = [AssetCheckKey(ROLLOUT_LEDGER, name) for name in sorted(LEDGER_BLOCKING_CHECKS)]
+    blocking = [AssetCheckKey(asset, name) for name in sorted(check_names)]
     recorded = instance.event_log_storage.get_asset_check_partition_info(blocking, partition_keys=round_keys)
     infos = {(info.partition_key, info.check_key): info for info in recorded}
     checks: dict[str, LedgerChecks] = {}
@@ -152,7 +160,7 @@ def ledger_checks(instance: DagsterInstance, round_keys: Iterable[str]) -> dict[
         if found:
             materialized = any(info.latest_materialization_storage_id is not None for info in found)
         else:
-            materialized = _ledger_materialized(instance, key)
+            materialized = _materialized(instance, asset, key)
         failed, not_evaluated = [], []
         for check in blocking:
             info = infos.get((key, check))

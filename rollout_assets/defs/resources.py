@@ -261,12 +261,13 @@ class RoundLocations(ConfigurableResource):
         a run may select any one of them."""
         self.check_ledger_root()
         outputs = self.ledger_root.outputs(round_key)
-        # The folders the stages write in (the round's, stages/, stages/built-from/): a symlink
-        # at any of them could lead among the inputs.
+        # The folders the stages write in (the round's, stages/, stages/built-from/, training/):
+        # a symlink at any of them could lead among the inputs.
         for folder in (
             outputs.manifest.parent,
             outputs.campaign_cells.parent,
             outputs.built_from("round_manifest").parent,
+            outputs.training,
         ):
             overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
             if overlap is not None:

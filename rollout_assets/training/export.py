@@ -16,7 +16,7 @@ from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
 from rollout_assets.training.files import DATASETS, AtomicParquetWriter, TrainingFiles
 from rollout_assets.training.filter import DROP_REASONS, TrainingFilter
 from rollout_assets.training.rows import group_row, pair_row, sft_row
-from rollout_assets.training.scan import LineKey, read_line_at, scan_ledger
+from rollout_assets.training.scan import LineKey, TrainingInputError, read_line_at, scan_ledger
 from rollout_assets.training.select import Selection, select_groups, select_pairs, select_sft
 
 _SCHEMAS = {"sft_rows": SFT_SCHEMA, "preference_pairs": PAIR_SCHEMA, "grpo_groups": GROUP_SCHEMA}
@@ -147,3 +147,14 @@ def report_markdown(export: TrainingExport) -> str:
         for name, rep in export.reports.items()
     ]
     return "\n".join([f"Training data of round {export.round}", "", header, rule, *body]) + "\n"
+
+
+def read_report(folder: Path) -> tuple[dict[str, Any], str]:
+    """The report of the training data in `folder`: (its JSON, its Markdown)."""
+    files = TrainingFiles(folder)
+    try:
+        return json.loads(files.report_json.read_text(encoding="utf-8")), files.report_markdown.read_text(encoding="utf-8")
+    except (OSError, ValueError) as error:
+        raise TrainingInputError(
+            f"{files.report_json}: the training report cannot be read ({error}); materialize the training datasets first"
+        ) from error

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout_assets.errors import RoundError
+
 ROLES = ("supervisor", "worker", "proposer")
 
 # In the order they are tested: a line with a gap and no reward is dropped as `gap`.
@@ -19,6 +21,10 @@ SFT_REASONS = ("below_min_reward", "duplicate", "per_instance_cap")
 PAIR_REASONS = ("no_completion", "prompt_mismatch", "unpaired")
 GROUP_REASONS = ("no_completion", "group_too_small")
 DROP_REASONS = LINE_REASONS + SFT_REASONS + tuple(r for r in PAIR_REASONS + GROUP_REASONS if r not in SFT_REASONS)
+
+
+class TrainingFilterError(RoundError, ValueError):
+    """Settings of the training filter that cannot be used (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -33,11 +39,11 @@ class TrainingFilter:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.roles) - set(ROLES))
         if unknown:
-            raise ValueError(f"training filter: unknown role(s) {', '.join(unknown)}; roles are {', '.join(ROLES)}")
+            raise TrainingFilterError(f"training filter: unknown role(s) {', '.join(unknown)}; roles are {', '.join(ROLES)}")
         if self.per_instance_cap < 1:
-            raise ValueError(f"training filter: per_instance_cap must be at least 1, not {self.per_instance_cap}")
+            raise TrainingFilterError(f"training filter: per_instance_cap must be at least 1, not {self.per_instance_cap}")
         if self.margin < 0:
-            raise ValueError(f"training filter: margin must not be negative, not {self.margin}")
+            raise TrainingFilterError(f"training filter: margin must not be negative, not {self.margin}")
 
     def to_json(self) -> dict[str, Any]:
         return {
