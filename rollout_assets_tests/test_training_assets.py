@@ -98,3 +98,35 @@ def test_bad_filter_settings_fail_the_step_in_one_sentence(demo) -> None:
             run_config={"ops": {"training_datasets": {"config": {"roles": ["judge"]}}}},
         )  # fmt: skip
         assert step_failures(result)["training_datasets"].startswith("training filter: unknown role(s) judge")
+
+
+def test_a_release_of_the_rounds_that_passed(tmp_path: Path) -> None:
+    import json
+
+    from dagster import DagsterInvalidConfigError
+
+    from rollout_assets.defs.assets.release import dataset_release
+    from rollout_assets.defs.release_checks import RELEASE_ASSET_CHECKS
+    from rollout_assets_tests.dagster_rounds import SMALL_SPEC, ROUND_SPEC
+
+    layout = write_rounds(tmp_path / "demo", (ROUND_SPEC, SMALL_SPEC))
+    resources = round_resources(layout, tmp_path / "ledgers")
+    defs = [*ALL_DEFS, dataset_release, *RELEASE_ASSET_CHECKS]
+    with DagsterInstance.ephemeral() as instance:
+        for key in (ROUND, SMALL_SPEC.name):
+            materialize_round(instance, resources, key)
+            assert materialize(defs[: len(ALL_DEFS)], partition_key=key, instance=instance, resources=resources).success
+        config = {"ops": {"dataset_release": {"config": {"license": "cc-by-4.0", "test_fraction": 0.3}}}}
+        release = AssetSelection.assets("dataset_release")
+        result = materialize(defs, selection=release, instance=instance, resources=resources, run_config=config,
+                             raise_on_error=False)  # fmt: skip
+        assert result.success, step_failures(result)
+        found = evaluations(result)
+        assert {name for name in found} == {"release_splits_do_not_overlap", "release_has_no_secrets", "release_card_matches_files"}
+        assert all(e.passed for e in found.values()), {n: e.metadata for n, e in found.items()}
+        folder = tmp_path / "ledgers" / "releases" / "rollout-dataset"
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert [entry["round"] for entry in manifest["rounds"]] == [ROUND, SMALL_SPEC.name]
+        assert metadata_values(materializations(result)["dataset_release"].metadata)["sft_train"] == manifest["rows"]["sft"]["train"]
+        with pytest.raises(DagsterInvalidConfigError, match="license"):
+            materialize(defs, selection=release, instance=instance, resources=resources)

@@ -20,6 +20,7 @@ ROLLOUT_STATS = AssetKey("rollout_stats")
 SFT_ROWS = AssetKey("sft_rows")
 PREFERENCE_PAIRS = AssetKey("preference_pairs")
 GRPO_GROUPS = AssetKey("grpo_groups")
+DATASET_RELEASE = AssetKey("dataset_release")
 TRAINING_DATASETS = {"sft_rows": SFT_ROWS, "preference_pairs": PREFERENCE_PAIRS, "grpo_groups": GRPO_GROUPS}
 
 # The blocking checks of `rollout_ledger` (defined in `rollout_assets.defs.checks`), whose

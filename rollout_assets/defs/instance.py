@@ -84,6 +84,16 @@ def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_ke
     return records[0] if records and records[0].asset_materialization is not None else None
 
 
+def latest_metadata(instance: DagsterInstance, asset: AssetKey, name: str) -> Any:
+    """The value of metadata entry `name` of the latest materialization of an unpartitioned
+    asset, or None."""
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=asset), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    entry = records[0].asset_materialization.metadata.get(name)
+    return entry.value if entry is not None else None
+
+
 def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str | None:
     """The input fingerprint of the round's ledger as it stands, when the instance knows it: the
     one recorded by the latest `rollout_stats` materialization (the run's tag, from the sensor or

@@ -269,13 +269,16 @@ class RoundLocations(ConfigurableResource):
             outputs.built_from("round_manifest").parent,
             outputs.training,
         ):
-            overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
-            if overlap is not None:
-                raise ConfigurationError(
-                    f"refusing the output folder {folder} of round {round_key}: symlinks followed, {overlap[0]}; "
-                    "replace the link with a folder of its own"
-                )
+            self.refuse_among_inputs(folder, f"the output folder {folder} of round {round_key}")
         return self.ledger_root.writable_outputs(round_key)
+
+    def refuse_among_inputs(self, folder: Path, what: str) -> None:
+        """ConfigurationError when `folder` (symlinks followed) leads among the inputs."""
+        overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
+        if overlap is not None:
+            raise ConfigurationError(
+                f"refusing {what}: symlinks followed, {overlap[0]}; replace the link with a folder of its own"
+            )
 
 
 class RoundDiscovery(ConfigurableResource):
