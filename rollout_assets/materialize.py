@@ -8,11 +8,16 @@ results land in the instance, so the UI shows them afterwards.
 These runs are launched directly, not through the run queue, so the queue's one-run-per-round
 limit does not hold them back: a round that already has a run in progress on the instance is
 not started (the queue, in turn, holds back its runs of a round while one of these runs it).
+
+A failed step is one sentence: our own failures by their message, a full disk or a file past
+the size limit by its cause; only an unexpected error keeps its stack trace.
 """
 
+import errno
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -71,16 +76,39 @@ def _run_round(instance: DagsterInstance, key: str, out_dir: Path) -> Iterator[A
         yield result
 
 
+# Failures of the machine, not of a round nor of the code: a full disk, a used-up quota, a file
+# past the size limit. Their stack trace would only show where the write happened to be.
+_OUT_OF_ROOM = {
+    errno.ENOSPC: "the disk it writes to is full",
+    errno.EDQUOT: "the disk quota of this user is used up",
+    errno.EFBIG: "a file it writes would grow past the file-size limit of this process (ulimit -f) "
+    "or of its filesystem",
+}
+# How an OSError reads once serialized: "OSError: [Errno 28] No space left on device: '/path'".
+_OS_ERROR_MESSAGE = re.compile(r"^[\w.]+: (\[Errno (\d+)\] .*)")
+
+
 def _failure_text(error: Any) -> str:
     """A failure as the terminal shows it: our own failures (`Failure`, raised with one sentence
-    naming the file and the problem) by that sentence; anything else, being unexpected, with
-    its stack trace."""
+    naming the file and the problem) by that sentence; running out of room by its cause; anything
+    else, being unexpected, with its stack trace."""
     if error.cls_name == "Failure":
         return error.message.strip().split(": ", 1)[-1]
     # Dagster wraps what a step raised; the trace that matters is the step's own.
     if error.cls_name == "DagsterExecutionStepExecutionError" and error.cause is not None:
         error = error.cause
-    return error.to_string().strip()
+    return _out_of_room_text(error) or error.to_string().strip()
+
+
+def _out_of_room_text(error: Any) -> str | None:
+    """The cause in words, then the system's own "[Errno N] …", when the error (or what caused
+    it) is an OSError of `_OUT_OF_ROOM`; else None."""
+    while error is not None:
+        found = _OS_ERROR_MESSAGE.match(error.message.strip())
+        if found and int(found.group(2)) in _OUT_OF_ROOM:
+            return f"{_OUT_OF_ROOM[int(found.group(2))]} ({found.group(1)})"
+        error = error.cause
+    return None
 
 
 def _print_failures_and_warnings(instance: DagsterInstance, run_id: str) -> None:
