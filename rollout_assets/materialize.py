@@ -184,48 +184,82 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot, instance: Dags
     return result.success
 
 
+class _NothingToRun(Exception):
+    """No round can be run as asked; the message is the line to print."""
+
+
 def materialize_rounds(round_keys: list[str]) -> int:
-    """Materialize the named rounds (or every round under the rounds root); 0 when all passed."""
+    """Materialize the named rounds (or every round under the rounds root), then the rounds
+    summary, printing what each produced; 0 when all passed."""
     warnings.filterwarnings("ignore", category=PreviewWarning)
     from rollout_assets.definitions import defs
 
-    resources = defs.resources
-    # Bound resources may hold EnvVar placeholders: resolve them as a run would.
-    rounds_root: RoundsRoot = resources["rounds_root"].process_config_and_initialize()  # type: ignore[union-attr]
-    ledger_root: LedgerRoot = resources["ledger_root"].process_config_and_initialize()  # type: ignore[union-attr]
-    if not os.environ.get("DAGSTER_HOME"):
-        print("DAGSTER_HOME is not set: using a temporary instance (nothing is kept for the UI)", file=sys.stderr)
-        instance = DagsterInstance.ephemeral()
-    else:
-        instance = DagsterInstance.get()
-    listing = list_round_dirs(rounds_root.path, _PrintLog())
-    if listing.root_problem is not None:
-        print(f"rollout-assets: error: {listing.root_problem}", file=sys.stderr)
-        return 1
-    found = listing.rounds
-    keys = round_keys or sorted(found)
-    unknown = [key for key in keys if key not in found]
-    if unknown:
-        print(f"rollout-assets: error: no round {', '.join(unknown)} under {rounds_root.path}", file=sys.stderr)
-        return 1
-    if not keys:
-        print(f"no rounds under {rounds_root.path} (set ROLLOUT_ROUNDS_ROOT)", file=sys.stderr)
+    rounds_root, ledger_root = _roots(defs)
+    instance = _instance()
+    try:
+        found, keys = _rounds_to_run(round_keys, rounds_root)
+    except _NothingToRun as nothing:
+        print(nothing, file=sys.stderr)
         return 1
     instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, keys)
     failed = 0
     for key in keys:
-        # Checked just before launching: two launches at the same moment can still both start,
-        # and then the ledger's file lock fails one of them at once.
-        busy = round_run(instance, key, RUNNING_STATUSES)
-        if busy is not None:
-            print(
-                f"\n=== round {key}: NOT STARTED: run {busy} of this round is in progress on the instance; "
-                "run again once it has finished (or terminate it in the UI)"
-            )
-            failed += 1
-            continue
-        with _run_round(instance, key, found[key]) as result:
-            failed += not _report_round(result, key, ledger_root, instance)
+        failed += not _materialize_round(instance, key, found[key], ledger_root)
+    summary_written = _materialize_summary(defs, instance, found, ledger_root)
+    return 1 if failed or not summary_written else 0
+
+
+def _roots(defs: Any) -> tuple[RoundsRoot, LedgerRoot]:
+    """The rounds root and the ledger root as a run resolves them (bound resources may hold
+    EnvVar placeholders)."""
+    resources = defs.resources
+    rounds_root: RoundsRoot = resources["rounds_root"].process_config_and_initialize()  # type: ignore[union-attr]
+    ledger_root: LedgerRoot = resources["ledger_root"].process_config_and_initialize()  # type: ignore[union-attr]
+    return rounds_root, ledger_root
+
+
+def _instance() -> DagsterInstance:
+    if not os.environ.get("DAGSTER_HOME"):
+        print("DAGSTER_HOME is not set: using a temporary instance (nothing is kept for the UI)", file=sys.stderr)
+        return DagsterInstance.ephemeral()
+    return DagsterInstance.get()
+
+
+def _rounds_to_run(round_keys: list[str], rounds_root: RoundsRoot) -> tuple[dict[str, Path], list[str]]:
+    """Every round under the rounds root by key, and the keys to run (the named ones, or all);
+    _NothingToRun when the root cannot be listed, a named round is not there, or there is none."""
+    listing = list_round_dirs(rounds_root.path, _PrintLog())
+    if listing.root_problem is not None:
+        raise _NothingToRun(f"rollout-assets: error: {listing.root_problem}")
+    found = listing.rounds
+    keys = round_keys or sorted(found)
+    unknown = [key for key in keys if key not in found]
+    if unknown:
+        raise _NothingToRun(f"rollout-assets: error: no round {', '.join(unknown)} under {rounds_root.path}")
+    if not keys:
+        raise _NothingToRun(f"no rounds under {rounds_root.path} (set ROLLOUT_ROUNDS_ROOT)")
+    return found, keys
+
+
+def _materialize_round(instance: DagsterInstance, key: str, out_dir: Path, ledger_root: LedgerRoot) -> bool:
+    """Run `materialize_round` for one round and print its report; True when it succeeded."""
+    # Checked just before launching: two launches at the same moment can still both start,
+    # and then the ledger's file lock fails one of them at once.
+    busy = round_run(instance, key, RUNNING_STATUSES)
+    if busy is not None:
+        print(
+            f"\n=== round {key}: NOT STARTED: run {busy} of this round is in progress on the instance; "
+            "run again once it has finished (or terminate it in the UI)"
+        )
+        return False
+    with _run_round(instance, key, out_dir) as result:
+        return _report_round(result, key, ledger_root, instance)
+
+
+def _materialize_summary(
+    defs: Any, instance: DagsterInstance, found: dict[str, Path], ledger_root: LedgerRoot
+) -> bool:
+    """Run `materialize_summary` and print the table it wrote; True when it succeeded."""
     if instance.is_ephemeral:
         # The summary covers the instance's rounds. A temporary instance knows only those
         # materialized just now, and the summary file is shared: every round under the rounds
@@ -246,4 +280,4 @@ def materialize_rounds(round_keys: list[str]) -> int:
         left_out = summary.asset_materializations_for_node("rounds_summary")[0].metadata
         for key, reason in left_out["rounds_without_stats_reasons"].value.items():
             print(f"left out: {key} ({reason})")
-    return 1 if failed or not summary.success else 0
+    return summary.success
