@@ -10,17 +10,21 @@ limit does not hold them back: a round that already has a run in progress on the
 not started (the queue, in turn, holds back its runs of a round while one of these runs it).
 
 A failed step is one sentence: our own failures by their message, a full disk or a file past
-the size limit by its cause; only an unexpected error keeps its stack trace.
+the size limit by its cause; only an unexpected error keeps its stack trace. Ctrl-C stops the
+run in progress and the command with it (exit 130): no further round, no summary.
 """
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -184,13 +188,50 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot, instance: Dags
     return result.success
 
 
+class _Interrupted(Exception):
+    """Ctrl-C stopped a run: nothing after it is started. The message says which run."""
+
+
 class _NothingToRun(Exception):
     """No round can be run as asked; the message is the line to print."""
 
 
+@contextmanager
+def _noticing_interrupts() -> Iterator[Callable[[], bool]]:
+    """A function that tells whether Ctrl-C came since the block began.
+
+    While Dagster executes a job it holds SIGINT: the step running fails with
+    DagsterExecutionInterruptedError and the job returns as an ordinary failed run, so no
+    KeyboardInterrupt reaches this module. But the interpreter writes every signal it handles
+    to the wakeup file descriptor, whichever Python handler then runs: reading it after a run
+    tells whether SIGINT came meanwhile, without reading Dagster's error classes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False  # only the main thread receives signals (or may set the descriptor)
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    seen = False
+
+    def interrupted() -> bool:
+        nonlocal seen
+        with contextlib.suppress(BlockingIOError):  # nothing written since the last look
+            seen = seen or signal.SIGINT in os.read(read_end, 4096)
+        return seen
+
+    try:
+        yield interrupted
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+
+
 def materialize_rounds(round_keys: list[str]) -> int:
     """Materialize the named rounds (or every round under the rounds root), then the rounds
-    summary, printing what each produced; 0 when all passed."""
+    summary, printing what each produced; 0 when all passed, 130 when Ctrl-C stopped a run."""
     warnings.filterwarnings("ignore", category=PreviewWarning)
     from rollout_assets.definitions import defs
 
@@ -202,10 +243,15 @@ def materialize_rounds(round_keys: list[str]) -> int:
         print(nothing, file=sys.stderr)
         return 1
     instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, keys)
-    failed = 0
-    for key in keys:
-        failed += not _materialize_round(instance, key, found[key], ledger_root)
-    summary_written = _materialize_summary(defs, instance, found, ledger_root)
+    with _noticing_interrupts() as interrupted:
+        try:
+            failed = 0
+            for key in keys:
+                failed += not _materialize_round(instance, key, found[key], ledger_root, interrupted)
+            summary_written = _materialize_summary(defs, instance, found, ledger_root, interrupted)
+        except _Interrupted as stopped:
+            print(f"rollout-assets: interrupted {stopped}", file=sys.stderr)
+            return 130
     return 1 if failed or not summary_written else 0
 
 
@@ -241,7 +287,13 @@ def _rounds_to_run(round_keys: list[str], rounds_root: RoundsRoot) -> tuple[dict
     return found, keys
 
 
-def _materialize_round(instance: DagsterInstance, key: str, out_dir: Path, ledger_root: LedgerRoot) -> bool:
+def _materialize_round(
+    instance: DagsterInstance,
+    key: str,
+    out_dir: Path,
+    ledger_root: LedgerRoot,
+    interrupted: Callable[[], bool],
+) -> bool:
     """Run `materialize_round` for one round and print its report; True when it succeeded."""
     # Checked just before launching: two launches at the same moment can still both start,
     # and then the ledger's file lock fails one of them at once.
@@ -253,11 +305,19 @@ def _materialize_round(instance: DagsterInstance, key: str, out_dir: Path, ledge
         )
         return False
     with _run_round(instance, key, out_dir) as result:
+        if interrupted():
+            raise _Interrupted(
+                f"during round {key} (run {result.run_id}); no further round and no rounds summary were run"
+            )
         return _report_round(result, key, ledger_root, instance)
 
 
 def _materialize_summary(
-    defs: Any, instance: DagsterInstance, found: dict[str, Path], ledger_root: LedgerRoot
+    defs: Any,
+    instance: DagsterInstance,
+    found: dict[str, Path],
+    ledger_root: LedgerRoot,
+    interrupted: Callable[[], bool],
 ) -> bool:
     """Run `materialize_summary` and print the table it wrote; True when it succeeded."""
     if instance.is_ephemeral:
@@ -268,6 +328,8 @@ def _materialize_summary(
     summary = defs.resolve_job_def("materialize_summary").execute_in_process(
         instance=instance, raise_on_error=False, run_config=_QUIET_CONSOLE
     )
+    if interrupted():
+        raise _Interrupted(f"during the rounds summary (run {summary.run_id})")
     summary_path = ledger_root.path / SUMMARY_FILE_NAME
     print(f"\n=== rounds summary: {'written' if summary.success else 'FAILED'} → {summary_path}")
     _print_failures_and_warnings(instance, summary.run_id)
