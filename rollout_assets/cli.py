@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Self
 # Only what parsing the arguments needs is imported here. The backfill and the line schema
 # (pydantic: most of the start-up time) are imported by the commands, inside main's handling
 # of Ctrl-C, so an interrupt right after Enter is one line too, not a traceback.
+from rollout_assets.io import to_indented_json
 from rollout_assets.paths import STREAM_KINDS, is_inside, special_file_kind, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR, unreadable_folder_reason
-from rollout_assets.io import to_indented_json
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
 
