@@ -13,8 +13,9 @@ and the problem, and writes no ledger (an existing file at OUT stays as it was).
 that cannot be read, or a round with nothing in it, is not an error (the ledger says so in
 gap lines, or is empty), but a warning on stderr says so.
 
-OUT is written by a rename onto it, so a symlink at OUT is replaced by the ledger (the file it
-led to stays as it was). An OUT that is a FIFO or a character device (`/dev/stdout`,
+OUT is written by a rename onto it. A symlink at OUT is written through: the ledger is renamed
+onto the file it leads to (created when the link dangles), and the link stays, so
+`backfill ... /dev/stdout > ledger.jsonl` fills ledger.jsonl and never replaces /dev/stdout. An OUT that is a FIFO or a character device (`/dev/stdout`,
 `/dev/null`, a named pipe), or a symlink to one, is written into instead, never replaced: see
 `_StreamedLedger`. When that OUT is stdout itself, the stats and the ledger line go to stderr so
 the ledger stays alone in the pipe. A block device or a socket at OUT is refused (exit 2).
@@ -241,7 +242,9 @@ def run_backfill(args: argparse.Namespace) -> int:
     _check_ledger_path(ledger_path, out_dir, args.opencode_db, args.claude_projects)
     kind = special_file_kind(ledger_path)  # a FIFO or a character device, if anything (checked above)
     if kind is None:
-        return _backfill(args, out_dir, ledger_path, stream=None)
+        # A link is written through, never replaced: the rename lands on the file it leads to.
+        target = Path(os.path.realpath(ledger_path)) if ledger_path.is_symlink() else ledger_path
+        return _backfill(args, out_dir, target, stream=None)
     with _StreamedLedger(ledger_path, kind) as stream:
         return _backfill(args, out_dir, ledger_path, stream)
 

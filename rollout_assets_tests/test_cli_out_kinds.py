@@ -166,10 +166,11 @@ def test_backfill_into_its_own_stdout_keeps_the_report_out_of_the_ledger(
     assert os.readlink(stdout) == "/proc/self/fd/1"
 
 
-def test_backfill_into_a_symlink_to_a_regular_file_replaces_the_link_not_the_file(
+def test_backfill_into_a_symlink_to_a_regular_file_writes_the_file_and_keeps_the_link(
     demo: DemoLayout, tmp_path: Path, expected_lines: list[dict]
 ) -> None:
-    """As for any OUT that is a file path: the ledger is renamed onto OUT, the link itself."""
+    """The ledger is renamed onto the file the link leads to; the link stays a link (a
+    /dev/stdout redirected to a file is such a link, and must never be replaced)."""
     target = tmp_path / "target.jsonl"
     target.write_bytes(OLD_LEDGER)
     link = tmp_path / "out.jsonl"
@@ -178,9 +179,27 @@ def test_backfill_into_a_symlink_to_a_regular_file_replaces_the_link_not_the_fil
     result = cli(*backfill_args(demo, demo.rounds[0], link), tmp_path=tmp_path)
 
     assert result.returncode == 0, result.stderr
-    assert not link.is_symlink()
-    assert without_captured_at(list(read_ledger_dicts(link))) == expected_lines
-    assert target.read_bytes() == OLD_LEDGER
+    assert os.readlink(link) == target.name
+    assert without_captured_at(list(read_ledger_dicts(target))) == expected_lines
+
+
+def test_backfill_into_a_stdout_link_redirected_to_a_file_keeps_the_link(
+    demo: DemoLayout, tmp_path: Path, expected_lines: list[dict]
+) -> None:
+    """`backfill OUTDIR /dev/stdout > file`: the file gets the ledger, the link stays (a private
+    /dev/stdout, linking to the same place)."""
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
+    redirected = tmp_path / "redirected.jsonl"
+    with open(redirected, "wb") as handle:
+        result = subprocess.run(
+            [sys.executable, "-m", "rollout_assets.cli", *map(str, backfill_args(demo, demo.rounds[0], stdout))],
+            stdout=handle, stderr=subprocess.PIPE, text=True, check=False, cwd=tmp_path,
+        )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert os.readlink(stdout) == "/proc/self/fd/1"
+    assert without_captured_at(list(read_ledger_dicts(redirected))) == expected_lines
 
 
 def test_a_failed_backfill_into_a_fifo_gives_its_waiting_reader_end_of_file(
