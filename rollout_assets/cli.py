@@ -6,6 +6,8 @@
     rollout-assets schema
     rollout-assets demo ROOT
     rollout-assets materialize [ROUND ...]
+    rollout-assets export LEDGER.jsonl OUT_DIR [filter options]
+    rollout-assets release LEDGER_ROOT OUT_DIR --license ID [--name NAME] [--round KEY ...] [--config FILE]
 
 `backfill` keeps the seed's contract: the stats JSON (2-space indent) on stdout, then
 `rollout ledger → OUT (N lines)`. Corrupt evidence exits 1 with one line naming the file
@@ -41,11 +43,12 @@ from typing import TYPE_CHECKING, Self
 # Only what parsing the arguments needs is imported here. The backfill and the line schema
 # (pydantic: most of the start-up time) are imported by the commands, inside main's handling
 # of Ctrl-C, so an interrupt right after Enter is one line too, not a traceback.
+from rollout_assets.datasets_cli import add_dataset_commands, run_export, run_release
 from rollout_assets.io import to_indented_json
 from rollout_assets.paths import STREAM_KINDS, is_inside, special_file_kind, sqlite_files
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR, unreadable_folder_reason
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
-from rollout_assets.sources.round import RoundInputError, build_manifest, resolve_out_dir
+from rollout_assets.sources.round import build_manifest, resolve_out_dir
 
 if TYPE_CHECKING:
     from rollout_assets.backfill.stats import BackfillStats
@@ -115,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     materialize.add_argument(
         "rounds", nargs="*", metavar="ROUND", help="round names (default: every round found)"
     )
+    add_dataset_commands(commands)
     for command_parser in commands.choices.values():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -391,14 +395,17 @@ _COMMANDS = {
     "schema": run_schema,
     "demo": run_demo,
     "materialize": run_materialize,
+    "export": run_export,
+    "release": run_release,
 }
 
 
 def _reported_errors() -> tuple[type[Exception], ...]:
     """The errors that exit 1 with their one-line message (imported only when one is raised)."""
-    from rollout_assets.ledger import LedgerValidationError, WriterBusyError
+    from rollout_assets.errors import RoundError
+    from rollout_assets.ledger import LedgerValidationError
 
-    return (RoundInputError, LedgerValidationError, OpencodeStoreChanged, WriterBusyError, FileExistsError)
+    return (RoundError, LedgerValidationError, OpencodeStoreChanged, FileExistsError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

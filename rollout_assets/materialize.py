@@ -178,6 +178,7 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot, instance: Dags
     # The path alone only when the run vouches for the file there.
     if result.success:
         print(f"  ledger: {outputs.ledger}")
+        _print_training_rows(outputs.training)
     elif ledger_written and checks_failed:
         print(f"  ledger: {outputs.ledger} (written, but it FAILED a blocking check above: do not use it)")
     elif ledger_written:
@@ -185,6 +186,15 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot, instance: Dags
     else:
         print("  ledger: not written by this run (any earlier ledger of the round stays as it was)")
     return result.success
+
+
+def _print_training_rows(folder: Path) -> None:
+    """The rows of the round's training data, as its report gives them (docs/training.md)."""
+    from rollout_assets.training.export import read_report
+
+    report, _ = read_report(folder)
+    rows = ", ".join(f"{name} {dataset['rows']}" for name, dataset in report["datasets"].items())
+    print(f"  training rows: {rows} → {folder}")
 
 
 class _Interrupted(Exception):
