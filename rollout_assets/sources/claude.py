@@ -169,6 +169,7 @@ def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
     except OSError as error:
         why = None if _no_file_there(path) else cannot_read_reason(error)
         return ClaudeTranscript(path=Path(path), unreadable=why)
+    parser.count_usage()
     return transcript
 
 
@@ -179,9 +180,13 @@ class _TranscriptParser:
         self.transcript = transcript
         self.open_turn_id: str | None = None
         self.open_turn: dict[str, Any] | None = None
-        # Usage is counted once per API message id, whatever its block lines hold:
-        # Claude Code repeats the message's usage on every block line.
-        self.usage_counted_ids: set[str] = set()
+        # The usage of an API message is its final one, counted once per message id. Claude
+        # Code writes a line per content block, each with the message's usage: 2.x repeats the
+        # final usage on every line, 1.0.x wrote the lines as the response streamed, so only
+        # the last line of an id carries the final `output_tokens` (earlier ones a partial
+        # count). The last usage of each id is kept, in the order the ids first appear; a line
+        # without an id is a message of its own.
+        self.final_usage: dict[str | int, dict[str, Any]] = {}
 
     def feed(self, raw_line: bytes) -> None:
         line = raw_line.decode("utf-8", errors="replace")
@@ -209,6 +214,11 @@ class _TranscriptParser:
             self._user(message)
         else:
             self._assistant(message)
+
+    def count_usage(self) -> None:
+        """Sum the final usage of every API message read (after the last line)."""
+        for usage in self.final_usage.values():
+            self.transcript.usage.add(usage)
 
     def _user(self, message: dict[str, Any]) -> None:
         self.open_turn_id = None
@@ -239,10 +249,8 @@ class _TranscriptParser:
             self.transcript.model = model
         api_id = message.get("id") if isinstance(message.get("id"), str) else None
         usage = message.get("usage")
-        if is_record(usage) and (api_id is None or api_id not in self.usage_counted_ids):
-            self.transcript.usage.add(usage)
-            if api_id is not None:
-                self.usage_counted_ids.add(api_id)
+        if is_record(usage):
+            self.final_usage[api_id if api_id is not None else len(self.final_usage)] = usage
         content = message.get("content")
         if not isinstance(content, list):
             return
