@@ -25,6 +25,7 @@ from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
+from rollout_assets.sources.opencode_store import last_problem
 from rollout_assets.sources.round import (
     RoundManifest,
     ShotReceiptFile,
@@ -99,10 +100,15 @@ def _worker_lines(
 ) -> Iterator[dict[str, Any]]:
     """For each distinct cwd: one line per session, or exactly one gap line when there is none."""
     available = store is not None
+    # Why the store could not be read: what this process (or the one that forked it to run
+    # this round's units) found when it tried.
+    problem = None if available else last_problem()
     for cwd in row.worker_cwds:
         sessions = sessions_by_cwd.get(cwd, [])
         if not sessions:
-            yield worker_line(context, row.supervisor, cwd, None, [], store_available=available)
+            yield worker_line(
+                context, row.supervisor, cwd, None, [], store_available=available, store_problem=problem
+            )
             continue
         for session in sessions:
             assert store is not None

@@ -266,11 +266,13 @@ def worker_line(
     messages: list[dict[str, Any]],
     *,
     store_available: bool,
+    store_problem: str | None = None,
 ) -> dict[str, Any]:
     """One opencode worker session of a cell (or the gap line of a cwd without one).
 
     Everything the worker shares with its episode (coordinates, task, profile commit,
     run dir, reward) is taken from the supervisor line, so the two cannot disagree.
+    `store_problem` says why the store could not be read, when it could not.
     """
     reward = supervisor["outcome"]["reward"]
     return _line(
@@ -311,19 +313,26 @@ def worker_line(
             "run_dir": supervisor["artifacts"]["run_dir"],
             "transcript_ref": f"opencode:{session.id}" if session is not None else None,
         },
-        gap=_worker_gap(worker_cwd, session, messages, store_available=store_available),
+        gap=_worker_gap(
+            worker_cwd, session, messages, store_available=store_available, problem=store_problem
+        ),
     )
 
 
 def _worker_gap(
-    worker_cwd: str, session: OpencodeSession | None, messages: list[dict[str, Any]], *, store_available: bool
+    worker_cwd: str,
+    session: OpencodeSession | None,
+    messages: list[dict[str, Any]],
+    *,
+    store_available: bool,
+    problem: str | None,
 ) -> str | None:
     if messages:
         return None
     if session is None:
-        return (
-            gaps.no_opencode_session(worker_cwd) if store_available else gaps.opencode_unavailable(worker_cwd)
-        )
+        if store_available:
+            return gaps.no_opencode_session(worker_cwd)
+        return gaps.opencode_unavailable(worker_cwd, problem)
     return gaps.opencode_session_empty(session.id)
 
 

@@ -52,7 +52,10 @@ def cannot_read_reason(error: OSError) -> str | None:
     A name too long for the filesystem is not there: no folder can have it. The project folder
     of a worktree path over 255 bytes has such a name, and it must not hide the transcripts of
     the worktree's other spelling (its real path, or the path it was given)."""
-    if isinstance(error, (FileNotFoundError, NotADirectoryError, NotARegularFile)) or error.errno == errno.ENAMETOOLONG:
+    if (
+        isinstance(error, (FileNotFoundError, NotADirectoryError, NotARegularFile))
+        or error.errno == errno.ENAMETOOLONG
+    ):
         return None
     return error.strerror or str(error)
 
@@ -320,5 +323,7 @@ def _result_text(block: dict[str, Any]) -> str:
     if not isinstance(content, list):
         return ""
     return "\n".join(
-        b["text"] for b in content if is_record(b) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        b["text"]
+        for b in content
+        if is_record(b) and b.get("type") == "text" and isinstance(b.get("text"), str)
     )

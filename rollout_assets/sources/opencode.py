@@ -4,9 +4,10 @@ Owns: opening the SQLite store read-only, finding the sessions of worker directo
 turning a session's messages and parts into OpenAI chat-with-tools messages. Does not own:
 which cwds to look up (the round) or the ledger line built around a session (the join).
 
-The store is opened through SQLite's read-only URI, so nothing is ever written to it. A store
-that is missing, cannot be opened or fails its first read is "no store" (`None`), never an
-exception: the round still completes, with labeled gap lines.
+The store is read from the round's private snapshot of it (sources/opencode_store.py), so
+nothing is ever written to it or beside it. A store that is missing, cannot be opened or fails
+its first read is "no store" (`None`), never an exception: the round still completes, with
+labeled gap lines saying why. A store another process keeps locked fails the round instead.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import quote
-
 from rollout_assets.io import NotJson, is_number, is_record, parse_json, to_json_text
+from rollout_assets.sources.opencode_store import (
+    OpencodeStoreBusy as OpencodeStoreBusy,  # raised by open(), for its callers
+    OpencodeStoreError,
+    StoreUnavailable,
+    record_problem,
+    round_snapshot,
+    sqlite_uri,
+)
 
 DEFAULT_OPENCODE_DB = os.path.join(os.path.expanduser("~"), ".local", "share", "opencode", "opencode.db")
 
@@ -70,7 +77,7 @@ class OpencodeSession:
     time_updated: int | float | None
 
 
-class OpencodeStoreChanged(RuntimeError):
+class OpencodeStoreChanged(OpencodeStoreError):
     """The store was readable when a round started and is not any more: its ledger would mix
     joined sessions with "store unavailable" gaps, so it is not written."""
 
@@ -97,20 +104,21 @@ class OpencodeStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> OpencodeStore | None:
-        """Open the store read-only; None when it is missing, unreadable or corrupt."""
+        """The store as this round reads it: its snapshot (sources/opencode_store.py), opened
+        read-only. None when the store cannot be read, missing, unreadable or corrupt
+        (`opencode_store.last_problem()` says why); OpencodeStoreBusy when another process
+        kept it locked longer than the round waits."""
         path = Path(path)
-        if not path.is_file():
+        try:
+            snapshot = round_snapshot(path)
+        except StoreUnavailable:
             return None
-        # SQLite opens the journal or WAL beside the store when there is one: a FIFO there
-        # (or any other non-file) would block the open for ever.
-        for sibling in (f"{path}-journal", f"{path}-wal", f"{path}-shm"):
-            if os.path.lexists(sibling) and not os.path.isfile(sibling):
-                return None
-        # Bytes: a path holding a byte that is not UTF-8 (surrogate-escaped) must reach SQLite as is.
-        uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
+        # Immutable: nobody writes the private copy, so SQLite takes no lock and creates no file.
+        uri = sqlite_uri(snapshot.path, mode="ro", immutable="1")
         try:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        except sqlite3.Error:
+        except sqlite3.Error as error:
+            record_problem(f"{path}: {error}")
             return None
         # SQLite stores TEXT unchecked: invalid UTF-8 in one value (a tool output cut mid
         # character) would fail the whole session's read. Decoded with replacement instead,
@@ -130,11 +138,13 @@ class OpencodeStore:
                 # for 96,000 sessions). Damage in a message or part page costs only the
                 # sessions it holds (see session_messages).
                 connection.execute("SELECT count(directory) FROM session").fetchall()
-        except sqlite3.Error:
+        except sqlite3.Error as error:
             connection.close()
+            record_problem(f"{path}: {error}")
             return None
         if not _REQUIRED_SESSION_COLUMNS <= columns:
             connection.close()
+            record_problem(f"{path}: not an opencode store (its session table has no id and directory)")
             return None
         return cls(path, connection, columns, encoding)
 
