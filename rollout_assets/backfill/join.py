@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Self
 
 from rollout_assets.backfill.jsdate import js_date_parse_ms
-from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line, worker_line
+from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line
+from rollout_assets.backfill.worker_line import worker_line
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
@@ -107,13 +108,13 @@ def _worker_lines(
         sessions = sessions_by_cwd.get(cwd, [])
         if not sessions:
             yield worker_line(
-                context, row.supervisor, cwd, None, [], store_available=available, store_problem=problem
+                context, row.supervisor, cwd, None, None, store_available=available, store_problem=problem
             )
             continue
         for session in sessions:
             assert store is not None
-            messages = store.session_messages(session.id)
-            yield worker_line(context, row.supervisor, cwd, session, messages, store_available=available)
+            transcript = store.session_transcript(session.id)
+            yield worker_line(context, row.supervisor, cwd, session, transcript, store_available=available)
 
 
 def proposer_lines(

@@ -1,4 +1,6 @@
-"""One function per role, building `tangle.rollout.v1` lines as plain dicts (rollout-v1.md).
+"""One function per role, building `tangle.rollout.v1` lines as plain dicts (docs/line-format.md).
+
+The worker line, built around an opencode session, is in backfill/worker_line.py.
 
 Pure: every input is already read (cell record, result.json, judge.json, session rows,
 transcripts); nothing here touches the disk. Every optional field is read behind its own
@@ -7,13 +9,12 @@ type guard and becomes null, never a made-up default.
 
 from __future__ import annotations
 
-import math
 import posixpath
 from dataclasses import dataclass
 from typing import Any
 
 from rollout_assets.backfill import gaps
-from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id, worker_rollout_id
+from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id
 from rollout_assets.ledger import ROLLOUT_SCHEMA
 from rollout_assets.sources.claude import ClaudeTranscript, ClaudeUsage
 from rollout_assets.io import (
@@ -26,7 +27,6 @@ from rollout_assets.io import (
     string_or_none,
     to_json_text,
 )
-from rollout_assets.sources.opencode import OpencodeSession
 from rollout_assets.sources.round import (
     CampaignEntry,
     CellRecord,
@@ -57,7 +57,7 @@ def _provenance(ctx: LineContext, gap: str | None) -> dict[str, Any]:
     return provenance
 
 
-def _line(
+def line_dict(
     ctx: LineContext,
     *,
     rollout_id: str,
@@ -94,7 +94,7 @@ def _line(
     }
 
 
-def _policy(
+def policy_dict(
     harness: str | None, model: str | None, provider: str | None, profile_commit: str | None
 ) -> dict[str, Any]:
     return {
@@ -177,7 +177,7 @@ def supervisor_line(
     metrics = _supervisor_metrics(record, artifact_or_empty, result or {})
     if worker_list_missing or workers_unlisted:
         metrics["worker_list_missing"] = True
-    return _line(
+    return line_dict(
         ctx,
         rollout_id=supervisor_rollout_id(
             ctx.run_id, candidate_id(entry.generation, entry.candidate_index), cell.scenario_id, cell.rep
@@ -187,7 +187,9 @@ def supervisor_line(
         candidate_index=entry.candidate_index,
         role="supervisor",
         task=_cell_task(cell, record),
-        policy=_policy("pi-loops", model, provider, cell.commit if cell.commit is not None else entry.commit),
+        policy=policy_dict(
+            "pi-loops", model, provider, cell.commit if cell.commit is not None else entry.commit
+        ),
         messages=[],
         outcome={
             "reward": reward,
@@ -258,106 +260,6 @@ def _cell_task(cell: CellRecord, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def worker_line(
-    ctx: LineContext,
-    supervisor: dict[str, Any],
-    worker_cwd: str,
-    session: OpencodeSession | None,
-    messages: list[dict[str, Any]],
-    *,
-    store_available: bool,
-    store_problem: str | None = None,
-) -> dict[str, Any]:
-    """One opencode worker session of a cell (or the gap line of a cwd without one).
-
-    Everything the worker shares with its episode (coordinates, task, profile commit,
-    run dir, reward) is taken from the supervisor line, so the two cannot disagree.
-    `store_problem` says why the store could not be read, when it could not.
-    """
-    reward = supervisor["outcome"]["reward"]
-    return _line(
-        ctx,
-        rollout_id=worker_rollout_id(supervisor["rollout_id"], worker_cwd, session.id if session else None),
-        parent_rollout_id=supervisor["rollout_id"],
-        generation=supervisor["generation"],
-        candidate_index=supervisor["candidate_index"],
-        role="worker",
-        task=supervisor["task"],
-        policy=_policy(
-            "opencode",
-            session.model_id if session is not None else None,
-            session.provider_id if session is not None else None,
-            supervisor["policy"]["profile_commit"],
-        ),
-        messages=messages,
-        outcome={
-            # Episode-level credit: the worker has no verdict of its own.
-            "reward": reward,
-            "reward_source": None if reward is None else f"{OFFICIAL_JUDGE}/inherited",
-            "verdict": None,
-            "metrics": {
-                "worker_cwd": worker_cwd,
-                "session_agent": session.agent if session is not None else None,
-                "session_parent_id": session.parent_id if session is not None else None,
-                "has_session": session is not None,
-            },
-            # A session with no readable parts is a gap line, not a completed invocation:
-            # training filters keyed on is_completed alone would otherwise pull empty transcripts.
-            "is_completed": session is not None and len(messages) > 0,
-            "is_truncated": False,
-            "error": None,
-        },
-        cost=_worker_cost(session),
-        artifacts={
-            "patch_path": None,
-            "run_dir": supervisor["artifacts"]["run_dir"],
-            "transcript_ref": f"opencode:{session.id}" if session is not None else None,
-        },
-        gap=_worker_gap(
-            worker_cwd, session, messages, store_available=store_available, problem=store_problem
-        ),
-    )
-
-
-def _worker_gap(
-    worker_cwd: str,
-    session: OpencodeSession | None,
-    messages: list[dict[str, Any]],
-    *,
-    store_available: bool,
-    problem: str | None,
-) -> str | None:
-    if messages:
-        return None
-    if session is None:
-        if store_available:
-            return gaps.no_opencode_session(worker_cwd)
-        return gaps.opencode_unavailable(worker_cwd, problem)
-    return gaps.opencode_session_empty(session.id)
-
-
-def _worker_cost(session: OpencodeSession | None) -> dict[str, Any]:
-    if session is None:
-        return {name: None for name in _COST_FIELDS}
-    wall_s = None
-    if session.time_created is not None and session.time_updated is not None:
-        elapsed_ms = session.time_updated - session.time_created
-        # Finite times so far apart that their difference overflows have no duration either.
-        wall_s = round_half_up(elapsed_ms / 1000) if math.isfinite(elapsed_ms) else None
-    return {
-        "usd": session.cost_usd,
-        "tokens_in": session.tokens_input,
-        "tokens_out": session.tokens_output,
-        "tokens_reasoning": session.tokens_reasoning,
-        "cache_read": session.tokens_cache_read,
-        "cache_write": session.tokens_cache_write,
-        "wall_s": wall_s,
-    }
-
-
-_COST_FIELDS = ("usd", "tokens_in", "tokens_out", "tokens_reasoning", "cache_read", "cache_write", "wall_s")
-
-
 def proposer_line(
     ctx: LineContext,
     out_dir: str,
@@ -376,7 +278,7 @@ def proposer_line(
     reward = _proposer_reward(ctx, entry)
     exit_code = receipt_or_empty.get("exitCode")
     model = transcript.model if transcript is not None else None
-    return _line(
+    return line_dict(
         ctx,
         rollout_id=proposer_rollout_id(ctx.run_id, shot.relative_path(out_dir)),
         parent_rollout_id=None,
@@ -390,7 +292,7 @@ def proposer_line(
             "seed": None,
             "rep": shot.shot,
         },
-        policy=_policy(
+        policy=policy_dict(
             string_or_none(receipt_or_empty.get("harness")),
             model if model is not None else string_or_none(receipt_or_empty.get("model")),
             None,

@@ -1,8 +1,9 @@
 """The opencode store reader: worker sessions and their transcripts (inputs.md §4).
 
-Owns: opening the SQLite store read-only, finding the sessions of worker directories, and
-turning a session's messages and parts into OpenAI chat-with-tools messages. Does not own:
-which cwds to look up (the round) or the ledger line built around a session (the join).
+Owns: opening the store's snapshot read-only, finding the sessions of worker directories, and
+reading a session's messages and parts (turned into chat messages by
+sources/opencode_transcript.py). Does not own: which cwds to look up (the round) or the ledger
+line built around a session (the join).
 
 The store is read from the round's private snapshot of it (sources/opencode_store.py), so
 nothing is ever written to it or beside it. A store that is missing, cannot be opened or fails
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
-from rollout_assets.io import NotJson, is_number, is_record, parse_json, to_json_text
+from rollout_assets.io import NotJson, is_number, is_record, parse_json
 from rollout_assets.sources.opencode_store import (
     OpencodeStoreBusy as OpencodeStoreBusy,  # raised by open(), for its callers
     OpencodeStoreError,
@@ -28,6 +29,7 @@ from rollout_assets.sources.opencode_store import (
     round_snapshot,
     sqlite_uri,
 )
+from rollout_assets.sources.opencode_transcript import SessionTranscript, session_transcript
 
 DEFAULT_OPENCODE_DB = os.path.join(os.path.expanduser("~"), ".local", "share", "opencode", "opencode.db")
 
@@ -208,31 +210,32 @@ class OpencodeStore:
                     found.setdefault(session.directory, []).append(session)
         return found
 
-    def session_messages(self, session_id: str) -> list[dict[str, Any]]:
-        """The session's transcript as chat messages; [] when nothing readable is left.
+    def session_transcript(self, session_id: str) -> SessionTranscript:
+        """The session as the model saw it (sources/opencode_transcript.py); no messages when
+        nothing readable is left.
 
-        A read that fails half-way (a store corrupted after it opened) yields [] too: the
+        A read that fails half-way (a damaged page of the snapshot) yields no messages too: the
         join labels that session "no readable message parts" instead of losing the round.
         """
         try:
-            messages = self._connection.execute(self._messages_query, (session_id,)).fetchall()
+            rows = self._connection.execute(self._messages_query, (session_id,)).fetchall()
             parts: dict[Any, list[Any]] = {}
             for message_id, data in self._connection.execute(self._parts_query, (session_id,)):
                 parts.setdefault(message_id, []).append(data)
         except sqlite3.Error:
-            return []
-        chat: list[dict[str, Any]] = []
-        for message_id, data in messages:
+            return SessionTranscript()
+        messages = []
+        for message_id, data in rows:
             message = _json_object(data)
             if message is None:
                 continue  # a malformed message is skipped; the rest is kept
             part_records = [p for p in (_json_object(d) for d in parts.get(message_id, [])) if p is not None]
-            role = message.get("role")
-            if role == "user":
-                chat.append(_user_message(part_records))
-            elif role == "assistant":
-                chat.extend(_assistant_messages(part_records))
-        return chat
+            messages.append((message, part_records))
+        return session_transcript(messages)
+
+    def session_messages(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's transcript as chat messages; [] when nothing readable is left."""
+        return self.session_transcript(session_id).messages
 
 
 def _is_utf8_text(text: str) -> bool:
@@ -289,88 +292,3 @@ def _json_object(data: Any) -> dict[str, Any] | None:
     except NotJson:
         return None
     return value if is_record(value) else None
-
-
-def _user_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    texts = [p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
-    return {"role": "user", "content": "\n".join(texts)}
-
-
-def _assistant_messages(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Cut an assistant message into steps at each `step-start`; one chat turn per non-empty step."""
-    steps: list[list[dict[str, Any]]] = [[]]
-    for part in parts:
-        if part.get("type") == "step-start":
-            steps.append([])
-        else:
-            steps[-1].append(part)
-    chat: list[dict[str, Any]] = []
-    for step in steps:
-        chat.extend(_step_messages(step))
-    return chat
-
-
-def _step_messages(step: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    texts: list[str] = []
-    reasoning: list[str] = []
-    tool_parts: list[dict[str, Any]] = []
-    for part in step:
-        kind = part.get("type")
-        text = part.get("text")
-        if kind == "text" and isinstance(text, str):
-            texts.append(text)
-        elif kind == "reasoning" and isinstance(text, str) and text:
-            reasoning.append(text)
-        elif kind == "tool" and isinstance(part.get("callID"), str):
-            # A tool part without a call id cannot be answered by a tool message
-            # (tool_call_id is required), so it is unreadable and skipped.
-            tool_parts.append(part)
-    # Text parts that join to "" count as no text: the step is not a turn on that alone, and a
-    # tool-calling turn's content is null, not "" (as the seed's reader has it).
-    content = "\n".join(texts) or None
-    if content is None and not reasoning and not tool_parts:
-        return []
-    assistant: dict[str, Any] = {"role": "assistant", "content": content}
-    if reasoning:
-        assistant["reasoning_content"] = "\n".join(reasoning)
-    if tool_parts:
-        assistant["tool_calls"] = [_tool_call(part) for part in tool_parts]
-    return [assistant, *(_tool_result(part) for part in tool_parts)]
-
-
-def _tool_name(part: dict[str, Any]) -> str:
-    name = part.get("tool")
-    return name if isinstance(name, str) else "unknown"
-
-
-def _tool_state(part: dict[str, Any]) -> dict[str, Any]:
-    state = part.get("state")
-    return state if is_record(state) else {}
-
-
-def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
-    arguments = _tool_state(part).get("input")
-    return {
-        "id": part["callID"],
-        "type": "function",
-        "function": {
-            "name": _tool_name(part),
-            "arguments": to_json_text({} if arguments is None else arguments),
-        },
-    }
-
-
-def _tool_result(part: dict[str, Any]) -> dict[str, Any]:
-    state = _tool_state(part)
-    output = state.get("output")
-    if output is None and state.get("status") == "error" and isinstance(state.get("error"), str):
-        # A failed call keeps its message in `state.error`, and that is the result opencode
-        # hands the model; "" would train on a call that answered nothing.
-        content = state["error"]
-    elif output is None:
-        content = ""
-    elif isinstance(output, str):
-        content = output
-    else:
-        content = to_json_text(output)
-    return {"role": "tool", "tool_call_id": part["callID"], "name": _tool_name(part), "content": content}
