@@ -225,7 +225,7 @@ class _WorktreeTranscripts:
 def choose_transcript(
     candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None
 ) -> ClaudeTranscript | None:
-    """The transcript of a shot (inputs.md §6), or None when none matches."""
+    """The transcript of a shot (docs/input-formats.md §6), or None when none matches."""
     receipt = receipt or {}
     started = js_date_parse_ms(receipt.get("startedAt"))
     completed = js_date_parse_ms(receipt.get("completedAt"))

@@ -1,4 +1,4 @@
-"""The Claude Code transcript reader: proposer sessions (inputs.md §5).
+"""The Claude Code transcript reader: proposer sessions (docs/input-formats.md §5).
 
 Owns: locating a working directory's project folder, and parsing one transcript file into
 chat messages, token usage, start/end times and the model. Does not own: which transcript a

@@ -1,4 +1,4 @@
-"""The opencode store reader: worker sessions and their transcripts (inputs.md §4).
+"""The opencode store reader: worker sessions and their transcripts (docs/input-formats.md §4).
 
 Owns: opening the store's snapshot read-only, finding the sessions of worker directories, and
 reading a session's messages and parts (turned into chat messages by
