@@ -77,6 +77,10 @@ class StoreUnavailable(Exception):
     """The store cannot be read at all; the message says why (one clause, naming the file)."""
 
 
+class StoreMissing(StoreUnavailable):
+    """There is no store at the path: the plainest reason, which the callers' warnings give."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A private copy of one store, as one committed state, and the process that made it."""
@@ -127,7 +131,9 @@ def round_snapshot(store: str | os.PathLike[str]) -> Snapshot:
         try:
             snapshot = take_snapshot(key)
         except StoreUnavailable as why:
-            _LAST_PROBLEM[0] = str(why)
+            # A store that is not there needs no reason in every gap line: the command line and
+            # the Dagster resource already warn that the file does not exist.
+            _LAST_PROBLEM[0] = None if isinstance(why, StoreMissing) else str(why)
             raise
         _LAST_PROBLEM[0] = None
         if latest is not None and latest.creator == os.getpid():
@@ -218,7 +224,7 @@ def _header(store: str) -> bytes:
             mode = os.stat(path).st_mode
         except FileNotFoundError:
             if path == store:
-                raise StoreUnavailable(f"{store}: no such file") from None
+                raise StoreMissing(f"{store}: no such file") from None
             continue
         except OSError as error:
             raise StoreUnavailable(f"{path}: {error.strerror or error}") from None
