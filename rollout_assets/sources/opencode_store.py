@@ -177,7 +177,7 @@ class _Busy(Exception):
 def take_snapshot(store: str | os.PathLike[str], *, wait_s: float | None = None) -> Snapshot:
     """Copy `store` into a new private folder as one committed state (see the module)."""
     store = os.path.abspath(store)
-    header = _header(store)
+    _header(store)  # a store that cannot be read at all is not waited for
     wait_s = wait_seconds() if wait_s is None else wait_s
     folder = _private_folder(store)
     copy = Path(folder) / "opencode.db"
@@ -185,7 +185,7 @@ def take_snapshot(store: str | os.PathLike[str], *, wait_s: float | None = None)
     try:
         while True:
             try:
-                _copy(store, header, copy)
+                _copy(store, _header(store), copy)
                 break
             except _Busy as busy:
                 _clear(folder)
@@ -305,7 +305,7 @@ def _copy_files(store: str, copy: Path) -> None:
             finally:
                 os.close(wal_descriptor)
         if _state(descriptor, wal) != before:
-            raise _Busy("a writer changed it while it was copied")
+            raise _Busy("a writer kept changing it while it was copied")
     finally:
         os.close(descriptor)  # releases the shared lock
     try:
