@@ -105,6 +105,8 @@ BACKFILL_AS_NOBODY = (
         scratch = sys.argv.pop(1)
         with contextlib.redirect_stdout(io.StringIO()):
             assert cli.main(["backfill", *sys.argv[1:2], scratch, *sys.argv[3:]]) == 0
+        from rollout_assets.sources.opencode_store import remove_snapshots
+        remove_snapshots()  # root's: `nobody` could not remove them at exit
         """
     )
     + DROP_TO_NOBODY

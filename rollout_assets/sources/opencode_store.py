@@ -158,11 +158,13 @@ def _remove(snapshot: Snapshot) -> None:
 
 
 @atexit.register
-def _remove_own_snapshots() -> None:
-    # Forked workers leave through os._exit and never get here; the guard is for any other fork.
-    for snapshot in list(_SNAPSHOTS.values()):
+def remove_snapshots() -> None:
+    """Remove the snapshots this process took: at exit (forked workers leave through os._exit
+    and never get here), or before a process gives up the user that took them."""
+    for key, snapshot in list(_SNAPSHOTS.items()):
         if snapshot.creator == os.getpid():
             _remove(snapshot)
+            del _SNAPSHOTS[key]
 
 
 # ---------------------------------------------------------------------------
