@@ -74,7 +74,9 @@ class _Claims:
         if line is not None and line.parts[0] == "worker":
             return line.parts[1], line.parts[2]
         cwd, ref = self.subjects.get(seen.lineno, (None, None))
-        session = ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
+        session = (
+            ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
+        )
         return cwd, session
 
     def count_claimed_sessions(self, claims: list[tuple[SeenLine, str]]) -> None:

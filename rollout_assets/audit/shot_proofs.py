@@ -73,7 +73,9 @@ class ShotProofs:
         candidates = [(path, reading.start) for path, reading in readings if reading.main_chain]
         unread_files = [(path, reading.unreadable) for path, reading in readings if reading.unreadable]
         if shot.unreadable_folder is not None:
-            evidence.unsettled = "the audit cannot list the project folder {} ({})".format(*shot.unreadable_folder)
+            evidence.unsettled = "the audit cannot list the project folder {} ({})".format(
+                *shot.unreadable_folder
+            )
         elif unread_files:
             evidence.unsettled = "the audit cannot read the transcript {} ({})".format(*unread_files[0])
         window = evidence.window
@@ -91,7 +93,9 @@ class ShotProofs:
                 continue
             ms = epoch_ms(start)
             if ms is UNREAD:
-                evidence.unsettled = f"the transcript {path} starts at {start!r}, a time the audit does not read"
+                evidence.unsettled = (
+                    f"the transcript {path} starts at {start!r}, a time the audit does not read"
+                )
             elif isinstance(ms, int) and window.contains(ms):
                 evidence.qualifying.append((path, start))
         return evidence
@@ -105,9 +109,8 @@ class ShotProofs:
         if evidence.qualifying:
             path, start = evidence.qualifying[0]
             more = len(evidence.qualifying) - 1
-            return (
-                f"the transcript {path} starts at {start} and qualifies, by {evidence.window}"
-                + (f"; so do {more} more of the worktree's transcripts" if more else "")
+            return f"the transcript {path} starts at {start} and qualifies, by {evidence.window}" + (
+                f"; so do {more} more of the worktree's transcripts" if more else ""
             )
         if evidence.unsettled is not None:
             return f"the audit cannot show that no transcript qualifies: {evidence.unsettled}"
