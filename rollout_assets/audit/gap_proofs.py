@@ -83,7 +83,7 @@ class _Claims:
         """The message and part rows of every session a line says is empty, in one query."""
         claimed = {self.worker(seen)[1] for seen, kind in claims if kind == "opencode_session_empty"}
         claimed.discard("-")
-        if claimed and self.inputs.opencode_db is not None:
+        if claimed and self.inputs.store.readable and self.inputs.opencode_db is not None:
             self.rows = session_rows(self.inputs.opencode_db, claimed)
 
     def problem(self, seen: SeenLine, kind: str) -> str | None:
@@ -128,7 +128,8 @@ class _Claims:
             return f"{line.what}: the cell records no runDir, so it has no result.json to miss"
         result_json = f"{run_dir}/result.json"
         if line.gap == SUPERVISOR_GAP:
-            return f"{line.what}: the audit reads {result_json}, which lists {listed} worker cwd(s)"
+            lists = f"lists {listed} worker cwd(s)" if listed else "reports no spawned worker"
+            return f"{line.what}: the audit reads {result_json}, which {lists}"
         if line.gap == SUPERVISOR_GAP_LIST_MISSING:
             return f"{line.what}: the audit cannot read {result_json}: it is missing, not listing no cwd"
         return f"{line.what}: the audit reads {result_json}, which reports spawned workers but lists no cwd"
