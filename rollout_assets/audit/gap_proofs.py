@@ -18,9 +18,13 @@ is held against what it says is (not) there:
     claude transcripts of W cannot be read      the audit cannot read that folder or file either
     (a joined proposer line)                    its transcript qualifies (shot_proofs.py)
 
-A claim about an invocation the inputs do not name is judged as the line states it. A worker
-line's messages are not yet counted against the store's rows: `worker_problem` is where that
-comparison goes, with `stores.session_rows` counting any set of sessions in one query.
+A claim about an invocation the inputs do not name is judged as the line states it.
+
+Not yet proved: that a joined worker line holds as many messages as its session's rows make
+(the counting rule waits on the reader's rules). The place for it: the ledger pass records a
+worker line's message count beside its `claim_subjects`, `_claims` takes joined worker lines
+as claims of their own kind, `count_claimed_sessions` counts their sessions in the same one
+query (`stores.session_rows` takes any set of sessions), and `worker_problem` compares.
 """
 
 from __future__ import annotations
