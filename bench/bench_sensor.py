@@ -23,8 +23,8 @@ sys.path.insert(0, str(PROJECT))
 
 from dagster import SensorResult, SkipReason, build_sensor_context, instance_for_test  # noqa: E402 (after the sys.path line, to run from a checkout)
 
-from rollout_assets.defs.resources import RoundsRoot  # noqa: E402 (after the sys.path line, to run from a checkout)
-from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor  # noqa: E402 (after the sys.path line, to run from a checkout)
+from rollout_assets.defs.resources import RoundDiscovery, RoundsRoot  # noqa: E402 (after the sys.path line, to run from a checkout)
+from rollout_assets.defs.sensors import round_dirs_sensor  # noqa: E402 (after the sys.path line, to run from a checkout)
 from rollout_assets.demo import RoundSpec, write_demo  # noqa: E402 (after the sys.path line, to run from a checkout)
 
 

@@ -13,17 +13,23 @@ import os
 from dagster import Definitions, EnvVar, in_process_executor
 
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
+from rollout_assets.defs.assets.release import dataset_release
+from rollout_assets.defs.assets.training import TRAINING_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.jobs import materialize_round, materialize_summary
 from rollout_assets.defs.resources import (
     ClaudeProjects,
     LedgerRoot,
     OpencodeDatabase,
+    RoundDiscovery,
+    RoundLocations,
     RoundsRoot,
     seconds_from_environment,
 )
-from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor, rounds_summary_automation
+from rollout_assets.defs.sensors import round_dirs_sensor, rounds_summary_automation
 from rollout_assets.defs.summary import rounds_summary
+from rollout_assets.defs.release_checks import RELEASE_ASSET_CHECKS
+from rollout_assets.defs.training_checks import TRAINING_CHECKS
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
 
@@ -34,11 +40,21 @@ def _env_or_default(variable: str, default: str) -> str | EnvVar:
 
 
 def build_resources() -> dict[str, object]:
+    """The resources by key (the table in `rollout_assets.defs.resources`)."""
+    locations = RoundLocations(
+        rounds_root=RoundsRoot(root_dir=_env_or_default("ROLLOUT_ROUNDS_ROOT", "./rounds")),
+        opencode=OpencodeDatabase(path=_env_or_default("OPENCODE_DB", DEFAULT_OPENCODE_DB)),
+        claude=ClaudeProjects(
+            projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)
+        ),
+        ledger_root=LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
+    )
     return {
-        "rounds_root": RoundsRoot(root_dir=_env_or_default("ROLLOUT_ROUNDS_ROOT", "./rounds")),
-        "opencode": OpencodeDatabase(path=_env_or_default("OPENCODE_DB", DEFAULT_OPENCODE_DB)),
-        "claude": ClaudeProjects(projects_dir=_env_or_default("CLAUDE_PROJECTS_DIR", DEFAULT_CLAUDE_PROJECTS_DIR)),
-        "ledger_root": LedgerRoot(root_dir=_env_or_default("ROLLOUT_LEDGER_ROOT", "./ledgers")),
+        "locations": locations,
+        # The same objects again, on their own: the sensor lists the rounds root, and
+        # `rollout-assets materialize` reads where the rounds and their ledgers are.
+        "rounds_root": locations.rounds_root,
+        "ledger_root": locations.ledger_root,
         "round_discovery": RoundDiscovery(
             quiet_period_seconds=seconds_from_environment("ROLLOUT_QUIET_PERIOD_SECONDS", 120, minimum=0)
         ),
@@ -53,8 +69,8 @@ def build_resources() -> dict[str, object]:
 executor = in_process_executor
 
 defs = Definitions(
-    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, rounds_summary],
-    asset_checks=ROUND_CHECKS,
+    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, *TRAINING_ASSETS, dataset_release, rounds_summary],
+    asset_checks=[*ROUND_CHECKS, *TRAINING_CHECKS, *RELEASE_ASSET_CHECKS],
     jobs=[materialize_round, materialize_summary],
     sensors=[round_dirs_sensor, rounds_summary_automation],
     resources=build_resources(),

@@ -1,4 +1,5 @@
-"""JSON reading with the seed's semantics, shared by every reader.
+"""JSON reading with the seed's semantics, shared by every reader; and the small file helpers
+of the outputs (atomic JSON documents, file identities, a file of lines read as byte ranges).
 
 The seed parses with JavaScript's `JSON.parse`, which rejects `NaN` and `Infinity`
 (Python's `json` accepts them) and decodes invalid UTF-8 as U+FFFD instead of failing.
@@ -34,7 +35,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Self
 
 import orjson
 
@@ -253,3 +254,95 @@ def round_half_up(value: float) -> int:
     """
     floor = math.floor(value)
     return floor + 1 if value - floor >= 0.5 else floor
+
+
+# ---------------------------------------------------------------------------
+# Files this project writes: JSON documents replaced atomically, file identities, and a
+# file of lines read as byte ranges
+# ---------------------------------------------------------------------------
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    """One JSON document, replaced atomically (temp file + rename) like every other output.
+
+    Non-ASCII text is kept, unless the document holds a lone surrogate (a torn escape in an
+    input): UTF-8 cannot carry one, so that document is written with ASCII escapes, as a
+    ledger line is. The JSON value is the same either way.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    data = to_indented_json(value, allow_nan=False).encode("utf-8")
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(data + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def read_json_file(path: Path) -> Any:
+    """A JSON document this project wrote (write_json_atomic), read by the standard module:
+    not an input, so not the seed's rules. OSError when it cannot be read, ValueError when it
+    is not JSON."""
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def file_identity(path: Path) -> list[int]:
+    """Which file is at `path` now: a rewritten file has another inode, size or mtime."""
+    found = os.stat(path)
+    return [found.st_ino, found.st_size, found.st_mtime_ns]
+
+
+class LineRuns:
+    """A file of lines, handed out a run of whole lines at a time, as byte ranges.
+
+    Line ends are searched in blocks read one after the other, so neither the lines nor the
+    file become Python objects (nor pages of this process: a memory map of the file would
+    count in its resident memory); the caller then copies the ranges file to file.
+    """
+
+    BLOCK = 1 << 20
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.position = 0  # where the next line starts
+        self._block, self._block_start = b"", 0
+
+    def __enter__(self) -> Self:
+        self.file = open(self.path, "rb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+    def _line_end(self, at: int) -> int:
+        """Offset of the first newline at or after `at`; -1 when the file has none."""
+        if not self._block_start <= at <= self._block_start + len(self._block):
+            self._block, self._block_start = b"", at
+        searched_from = at - self._block_start
+        while True:
+            found = self._block.find(b"\n", searched_from)
+            if found >= 0:
+                return self._block_start + found
+            # No line end from `at` to the end of the block: read the next one.
+            self._block_start += len(self._block)
+            self._block, searched_from = os.pread(self.file.fileno(), self.BLOCK, self._block_start), 0
+            if not self._block:
+                return -1
+
+    def next_lines(self, count: int) -> tuple[int, int]:
+        """(start, stop) of the next `count` lines; stop is -1 when the file ends before them."""
+        start = stop = self.position
+        for _ in range(count):
+            end = self._line_end(stop)
+            if end < 0:
+                return start, -1
+            stop = end + 1
+        self.position = stop
+        return start, stop
+
+    def at_end(self) -> bool:
+        return self.position == os.fstat(self.file.fileno()).st_size

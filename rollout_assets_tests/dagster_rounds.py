@@ -28,7 +28,7 @@ from rollout_assets.backfill import RoundBackfill
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
-from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
+from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundLocations, RoundsRoot
 from rollout_assets.demo import DEFAULT_ROUNDS, DemoLayout, RoundSpec, write_demo
 from rollout_assets.ledger import write_ledger
 
@@ -68,15 +68,21 @@ def write_rounds(root: Path, specs: Sequence[RoundSpec] = (ROUND_SPEC,)) -> Demo
 
 
 def round_resources(
-    layout: DemoLayout, ledger_root: Path, *, opencode_db: Path | None = None, rounds_root: Path | None = None
+    layout: DemoLayout,
+    ledger_root: Path,
+    *,
+    opencode_db: Path | None = None,
+    rounds_root: Path | None = None,
+    claude_projects: Path | None = None,
 ) -> dict[str, Any]:
     """The resources of the round assets and checks, pointing at a demo and a ledger root."""
-    return {
-        "rounds_root": RoundsRoot(root_dir=str(rounds_root or layout.rounds_root)),
-        "opencode": OpencodeDatabase(path=str(opencode_db or layout.opencode_db)),
-        "claude": ClaudeProjects(projects_dir=str(layout.claude_projects_dir)),
-        "ledger_root": LedgerRoot(root_dir=str(ledger_root)),
-    }
+    locations = RoundLocations(
+        rounds_root=RoundsRoot(root_dir=str(rounds_root or layout.rounds_root)),
+        opencode=OpencodeDatabase(path=str(opencode_db or layout.opencode_db)),
+        claude=ClaudeProjects(projects_dir=str(claude_projects or layout.claude_projects_dir)),
+        ledger_root=LedgerRoot(root_dir=str(ledger_root)),
+    )
+    return {"locations": locations}
 
 
 def materialize_round(
@@ -206,7 +212,7 @@ def pickled_files(folder: Path) -> list[Path]:
 def lose_a_worker_line_in_the_ledger_stage(monkeypatch: Any) -> None:
     """Make the ledger stage behave like a join bug: right after the real stage writes the
     ledger, its last worker line is gone. The checks, not the stage, must notice."""
-    from rollout_assets.defs import assets
+    from rollout_assets.defs.assets import ledger as assets
 
     write_rollout_ledger = assets.write_rollout_ledger
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetSelection, DagsterInstance, MarkdownMetadataValue, instance_for_test
+from dagster import AssetKey, AssetSelection, DagsterInstance, MarkdownMetadataValue, instance_for_test
 
 from rollout_assets.backfill.gaps import GAP_KINDS
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
@@ -566,6 +566,65 @@ def test_missing_round_directory_fails_clearly(tmp_path: Path) -> None:
     assert not (tmp_path / "ledgers" / "round-404" / "rollout-ledger.jsonl").exists()
 
 
+def _entries(folder: Path) -> dict[str, bytes | None]:
+    """Every folder (None) and file (its bytes) under `folder`, by relative path."""
+    entries: dict[str, bytes | None] = {}
+    for base, folders, names in os.walk(folder):
+        for name in folders:
+            entries[os.path.relpath(os.path.join(base, name), folder)] = None
+        for name in names:
+            entries[os.path.relpath(os.path.join(base, name), folder)] = Path(base, name).read_bytes()
+    return entries
+
+
+@pytest.mark.parametrize("asset", sorted(ROUND_ASSET_NAMES))
+def test_a_round_output_folder_linked_into_the_round_is_refused_and_nothing_is_written_there(
+    tmp_path: Path, asset: str
+) -> None:
+    """The ledger root is apart from the inputs, but the round's folder under it is a symlink
+    into the round: every stage refuses it, as `rollout-assets backfill` refuses an OUT there."""
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    key, ledger_root = SMALL_SPEC.name, tmp_path / "ledgers"
+    ledger_root.mkdir()
+    (ledger_root / key).symlink_to(layout.rounds_root / key, target_is_directory=True)
+    before = _entries(layout.rounds_root)
+
+    with instance_for_test() as test_instance:
+        result = materialize_round(
+            test_instance, round_resources(layout, ledger_root), key, selection=[AssetKey(asset)]
+        )
+
+    assert step_failures(result) == {
+        asset: f"refusing the output folder {ledger_root / key} of round {key}: symlinks followed, it lies inside "
+        f"the rounds root {layout.rounds_root}, and inputs are never written; replace the link with a folder of its own"
+    }
+    (failure,) = result.get_step_failure_events()
+    assert metadata_values(failure.step_failure_data.user_failure_data.metadata) == {
+        "round": key,
+        "error": "ConfigurationError",
+    }
+    assert _entries(layout.rounds_root) == before
+
+
+def test_a_stages_folder_linked_into_the_claude_projects_folder_is_refused(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    key, ledger_root = SMALL_SPEC.name, tmp_path / "ledgers"
+    (ledger_root / key).mkdir(parents=True)
+    (ledger_root / key / "stages").symlink_to(layout.claude_projects_dir, target_is_directory=True)
+    before = _entries(layout.claude_projects_dir)
+
+    with instance_for_test() as test_instance:
+        result = materialize_round(test_instance, round_resources(layout, ledger_root), key)
+
+    assert step_failures(result) == {
+        "round_manifest": f"refusing the output folder {ledger_root / key / 'stages'} of round {key}: symlinks "
+        f"followed, it is the Claude projects folder {layout.claude_projects_dir}, and inputs are never written; "
+        "replace the link with a folder of its own"
+    }
+    assert _entries(layout.claude_projects_dir) == before
+    assert os.listdir(ledger_root / key) == ["stages"]
+
+
 # ---------------------------------------------------------------------------
 # Command lines, as subprocesses on a DAGSTER_HOME built like scripts/env.sh does
 # ---------------------------------------------------------------------------
@@ -781,7 +840,7 @@ def test_rollout_assets_materialize_prints_the_warnings_of_the_steps(tmp_path: P
 def test_rollout_assets_materialize_shows_the_stack_trace_of_an_unexpected_error(tmp_path: Path) -> None:
     """A bug is not one of the stages' sentences: its trace is what the next engineer needs."""
     raise_in_manifest = (
-        "from rollout_assets.defs import assets\n"
+        "from rollout_assets.defs.assets import manifest as assets\n"
         "def broken(*args, **kwargs):\n"
         "    raise ZeroDivisionError('the manifest stage broke')\n"
         "assets.write_manifest = broken"

@@ -1060,7 +1060,7 @@ def dagster_round(
     resources = round_resources(demo, tmp_path_factory.mktemp("ledgers"))
     with instance_for_test() as instance:
         assert materialize_round(instance, resources).success
-        yield instance, resources, Path(resources["ledger_root"].root_dir) / ROUND
+        yield instance, resources, resources["locations"].ledger_root.path / ROUND
 
 
 @pytest.fixture

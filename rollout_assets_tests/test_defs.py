@@ -3,6 +3,7 @@ resources and their environment variables, the code-location pointers, and the p
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import subprocess
@@ -202,11 +203,21 @@ def test_summary_automation_is_eager_without_waiting_for_rounds_without_stats(de
     ]
 
 
-def test_checks_are_exactly_the_six_on_their_assets(defs: Definitions) -> None:
+def test_checks_are_exactly_the_seven_on_their_assets(defs: Definitions) -> None:
     keys = defs.resolve_asset_graph().asset_check_keys
     assert {(key.name, key.asset_key.to_user_string()) for key in keys} == {
         (name, asset) for name, (asset, _) in CHECKS.items()
     }
+
+
+def test_the_ledgers_blocking_checks_are_the_ones_whose_verdicts_are_asked(defs: Definitions) -> None:
+    from rollout_assets.defs.constants import LEDGER_BLOCKING_CHECKS
+
+    blocking = {
+        spec.name for checks in defs.asset_checks for spec in checks.check_specs
+        if spec.blocking and spec.asset_key == AssetKey("rollout_ledger")
+    }  # fmt: skip
+    assert blocking == set(LEDGER_BLOCKING_CHECKS)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -251,31 +262,52 @@ def test_resources_read_their_environment_variables(
         ROLLOUT_QUIET_PERIOD_SECONDS="7",
     )
     resources = defs.resources
+    locations = resources["locations"]
 
     # Bound as EnvVar, so the UI shows the variable and a run resolves it.
-    assert [type(resources[name]).__name__ for name in ("rounds_root", "opencode", "claude", "ledger_root")] == [
+    assert [type(getattr(locations, name)).__name__ for name in ("rounds_root", "opencode", "claude", "ledger_root")] == [
         "RoundsRoot", "OpencodeDatabase", "ClaudeProjects", "LedgerRoot",
     ]  # fmt: skip
-    assert isinstance(resources["rounds_root"].root_dir, EnvVar)
-    resolved = {name: resources[name].process_config_and_initialize() for name in resources}
-    assert resolved["rounds_root"].path == tmp_path / "rounds"
-    assert resolved["opencode"].db_path == tmp_path / "opencode.db"
-    assert resolved["claude"].path == tmp_path / "claude"
-    assert resolved["ledger_root"].path == tmp_path / "ledgers"
-    assert resolved["round_discovery"].quiet_period_seconds == 7
+    assert isinstance(locations.rounds_root.root_dir, EnvVar)
+    with locations.process_config_and_initialize_cm() as resolved:
+        assert resolved.rounds_root.path == tmp_path / "rounds"
+        assert resolved.opencode.db_path == tmp_path / "opencode.db"
+        assert resolved.claude.path == tmp_path / "claude"
+        assert resolved.ledger_root.path == tmp_path / "ledgers"
+    assert resources["round_discovery"].process_config_and_initialize().quiet_period_seconds == 7
 
 
 def test_resources_fall_back_to_the_documented_defaults(load_definitions: Callable[..., Definitions]) -> None:
     resources = load_definitions().resources
+    locations = resources["locations"]
     home = os.path.expanduser("~")
 
-    assert resources["rounds_root"].root_dir == "./rounds"
-    assert resources["ledger_root"].root_dir == "./ledgers"
-    assert resources["rounds_root"].path == Path.cwd() / "rounds"
-    assert resources["ledger_root"].path == Path.cwd() / "ledgers"
-    assert resources["opencode"].db_path == Path(home, ".local", "share", "opencode", "opencode.db")
-    assert resources["claude"].path == Path(home, ".claude", "projects")
+    assert locations.rounds_root.root_dir == "./rounds"
+    assert locations.ledger_root.root_dir == "./ledgers"
+    assert locations.rounds_root.path == Path.cwd() / "rounds"
+    assert locations.ledger_root.path == Path.cwd() / "ledgers"
+    assert locations.opencode.db_path == Path(home, ".local", "share", "opencode", "opencode.db")
+    assert locations.claude.path == Path(home, ".claude", "projects")
     assert resources["round_discovery"].quiet_period_seconds == 120
+
+
+def test_the_rounds_root_and_ledger_root_are_bound_once_for_every_user(
+    load_definitions: Callable[..., Definitions], tmp_path: Path
+) -> None:
+    # The sensor and `rollout-assets materialize` use the very objects the assets and checks do.
+    resources = load_definitions(ROLLOUT_ROUNDS_ROOT=str(tmp_path / "rounds")).resources
+
+    assert sorted(resources) == ["ledger_root", "locations", "round_discovery", "rounds_root"]
+    assert resources["rounds_root"] is resources["locations"].rounds_root
+    assert resources["ledger_root"] is resources["locations"].ledger_root
+
+
+def test_the_resources_docstring_table_names_exactly_the_bound_resources(defs: Definitions) -> None:
+    from rollout_assets.defs import resources as resources_module
+
+    rows = [line.split("|") for line in resources_module.__doc__.splitlines() if line.startswith("| ")]
+    documented = {(row[1].strip(), row[2].strip()) for row in rows[1:] if not row[1].startswith("   .")}
+    assert documented == {(key, type(resource).__name__) for key, resource in defs.resources.items()}
 
 
 @pytest.mark.parametrize(("value", "expected"), [("5", 5), (None, 60)])
@@ -493,3 +525,131 @@ def test_the_domain_core_imports_no_dagster() -> None:
     code = f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\nprint(sorted({{m.split('.')[0] for m in sys.modules}} & {{'dagster', 'dagster_webserver', 'dagster_graphql'}}))"
     completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert completed.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------
+# The import graph of the package
+# ---------------------------------------------------------------------------
+
+
+def _package_modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    package = Path(definitions_module.__file__).parent
+    modules = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The names an import statement of `module` imports: `from X import Y` imports module X.Y
+    when there is one, else X. Relative imports are resolved."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = module.split(".") if is_package else module.split(".")[:-1]
+        base = ".".join([*anchor[: len(anchor) - node.level + 1], *([node.module] if node.module else [])])
+    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+
+
+def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: at the top or inside a function (a lazy import hides
+    a cycle at import time, not from the reader), but not under `if TYPE_CHECKING:`, which never
+    runs (the idiom for an annotation's type from a module that imports this one)."""
+    for_typing = {
+        id(node)
+        for guard in ast.walk(tree)
+        if isinstance(guard, ast.If) and "TYPE_CHECKING" in ast.unparse(guard.test)
+        for statement in guard.body
+        for node in ast.walk(statement)
+    }
+    return [
+        node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in for_typing
+    ]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (see `_runtime_imports`)."""
+    modules = _package_modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        imported: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            names = _imported(node, module, path.name == "__init__.py")
+            # `from X import Y`: module X.Y if there is one, else X itself.
+            first = next((name for name in names if name in modules), None)
+            if first is not None:
+                imported.add(first)
+        graph[module] = imported - {module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph`: each strongly connected group of two or more modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_every_module_of_the_package_imports() -> None:
+    for module in _package_modules():
+        importlib.import_module(module)
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_import_graph_holds_imports_made_inside_functions() -> None:
+    graph = _import_graph()
+    # `rollout-assets materialize` imports the definitions only when it runs.
+    assert "rollout_assets.definitions" in graph["rollout_assets.materialize"]
+    assert graph["rollout_assets.defs.assets.stats"] >= {"rollout_assets.defs.instance", "rollout_assets.defs.failures"}
+
+
+def test_the_import_graph_leaves_out_imports_for_type_checking_only() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import B\n"
+        "def f():\n    import c\n"
+    )
+    assert [ast.unparse(node) for node in _runtime_imports(tree)] == ["from typing import TYPE_CHECKING", "import c"]
+
+
+def test_the_cycle_finder_finds_every_cycle_and_only_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_the_package_uses_only_the_public_dagster_api() -> None:
+    private = [
+        (module, name)
+        for module, path in _package_modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        if name.startswith("dagster._")
+    ]
+    assert private == []

@@ -98,7 +98,7 @@ def test_gives_none_where_date_parse_gives_nan(value: str) -> None:
     ],
 )
 def test_legacy_forms_beyond_the_documented_ones_read_as_no_time(value: str) -> None:
-    # Date.parse accepts these (README: "Deliberate differences from the seed"); reading
+    # Date.parse accepts these (docs/seed.md, the deliberate differences); reading
     # them as no time makes the join fall back to "the only candidate" instead of
     # possibly choosing by a wrong time.
     assert js_date_parse_ms(value) is None

@@ -24,7 +24,6 @@ from rollout_assets.defs.assets import (
     round_manifest,
     worker_sessions,
 )
-from rollout_assets.defs.resources import OpencodeDatabase
 from rollout_assets.demo import DemoLayout
 from rollout_assets_tests.dagster_rounds import (
     SMALL_SPEC,
@@ -95,7 +94,7 @@ def test_a_store_configured_after_the_worker_stage_is_refused_by_the_ledger_stag
     other_store = Path(shutil.copy(layout.opencode_db, tmp_path / "other.db"))
 
     result = materialize_round(
-        instance, {**resources, "opencode": OpencodeDatabase(path=str(other_store))}, KEY,
+        instance, round_resources(layout, tmp_path / "ledgers", opencode_db=other_store), KEY,
         selection=[rollout_ledger, rollout_stats],
     )  # fmt: skip
 

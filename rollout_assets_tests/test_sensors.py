@@ -40,12 +40,12 @@ from dagster import (
 )
 
 from rollout_assets.definitions import defs
-from rollout_assets.defs.assets import FINGERPRINT_TAG, rollout_ledger
+from rollout_assets.defs.assets import rollout_ledger
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
-from rollout_assets.defs.resources import RoundsRoot
-from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
+from rollout_assets.defs.resources import RoundDiscovery, RoundsRoot
+from rollout_assets.defs.sensors import round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
-from rollout_assets.sources.fingerprint import fingerprint_round
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, fingerprint_round
 from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
@@ -178,7 +178,7 @@ def test_new_round_adds_its_partition_and_requests_a_keyed_run(fresh: DemoLayout
 
     assert isinstance(first.result, SensorResult)
     assert first.result.run_requests == [
-        RunRequest(partition_key=ROUND, run_key=key_of(ROUND, digest), tags={"rollout/fingerprint": digest})
+        RunRequest(partition_key=ROUND, run_key=key_of(ROUND, digest), tags={INPUT_FINGERPRINT_TAG: digest})
     ]
     assert first.result.dynamic_partitions_requests == [
         AddDynamicPartitionsRequest(ROUNDS_PARTITIONS_NAME, [ROUND])
@@ -351,7 +351,7 @@ def test_a_cursor_set_back_to_an_earlier_tick_does_not_repeat_a_run_key(fresh: D
 def test_a_cursor_it_did_not_write_stops_the_tick_with_one_sentence_naming_it(
     fresh: DemoLayout, cursor: str, why: str
 ) -> None:
-    from rollout_assets.defs.sensors import CursorError
+    from rollout_assets.discovery import CursorError
 
     with pytest.raises(CursorError) as raised:
         tick(fresh.rounds_root, cursor=cursor, instance=DagsterInstance.ephemeral())
@@ -682,8 +682,8 @@ TICK_AS_NOBODY = (
         """
     import json, logging, sys
     from dagster import DagsterInstance, SensorResult, build_sensor_context
-    from rollout_assets.defs.resources import RoundsRoot
-    from rollout_assets.defs.sensors import RoundDiscovery, round_dirs_sensor
+    from rollout_assets.defs.resources import RoundDiscovery, RoundsRoot
+    from rollout_assets.defs.sensors import round_dirs_sensor
     warnings = []
     class Warnings(logging.Handler):
         def emit(self, record):
@@ -880,13 +880,25 @@ def test_a_round_changed_while_its_untagged_run_read_it_is_run_again(tmp_path: P
         return manifest
 
     with pytest.MonkeyPatch.context() as patch:
-        from rollout_assets.defs import assets
+        from rollout_assets.defs.assets import manifest as assets
 
         patch.setattr(assets, "write_manifest", changed_while_read)
         materialize_round(instance, resources, SMALL)
     requested = tick(layout.rounds_root, instance=instance)
 
     assert [partition for partition, _ in requested.requested] == [SMALL]
+
+
+def test_a_run_tagged_with_the_tags_earlier_name_records_the_fingerprint_it_was_requested_for(tmp_path: Path) -> None:
+    """A run requested before the upgrade (queued, say) carries `rollout/fingerprint`: still read."""
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    instance = DagsterInstance.ephemeral()
+    resources = round_resources(layout, tmp_path / "ledgers")
+
+    assert materialize_round(instance, resources, SMALL, tags={"rollout/fingerprint": "0123456789abcdef"}).success
+
+    recorded = instance.fetch_materializations(AssetKey("rollout_stats"), limit=1).records[0]
+    assert recorded.asset_materialization.metadata["input_fingerprint"].value == "0123456789abcdef"
 
 
 # A run, the round changed, then that run re-executed: in a process of its own, since the
@@ -899,9 +911,9 @@ RUN_THEN_REEXECUTE = textwrap.dedent(
     from rollout_assets.definitions import materialize_round_job
     from rollout_assets.sources.fingerprint import fingerprint_round
 
-    round_key, out_dir, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+    round_key, out_dir, tag, tag_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     provenance = os.path.join(out_dir, "improve-run", "loop-provenance.json")
-    tags = {"dagster/partition": round_key, "rollout/fingerprint": tag}
+    tags = {"dagster/partition": round_key, tag_name: tag}
     job = reconstructable(materialize_round_job)
     with DagsterInstance.get() as instance:
         instance.add_dynamic_partitions("rounds", [round_key])
@@ -911,7 +923,7 @@ RUN_THEN_REEXECUTE = textwrap.dedent(
         options = ReexecutionOptions(parent_run_id=parent.run_id)
         with execute_job(job, instance, tags=tags, reexecution_options=options) as again:
             assert again.success
-            print(json.dumps({"read": fingerprint_round(Path(out_dir)).digest, "tag": again.dagster_run.tags["rollout/fingerprint"]}))
+            print(json.dumps({"read": fingerprint_round(Path(out_dir)).digest, "tag": again.dagster_run.tags[tag_name]}))
     """
 )
 
@@ -930,8 +942,8 @@ def test_a_reexecuted_run_records_the_inputs_it_read_not_its_parents_tag(tmp_pat
     home, env = persistent_instance_environment(tmp_path, layout)
 
     completed = subprocess.run(
-        [sys.executable, "-c", RUN_THEN_REEXECUTE, SMALL, str(out_dir), state_a], check=False, cwd=PROJECT_DIR,
-        env=env, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", RUN_THEN_REEXECUTE, SMALL, str(out_dir), state_a, INPUT_FINGERPRINT_TAG],
+        check=False, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     reexecuted = json.loads(completed.stdout.splitlines()[-1])
@@ -953,7 +965,7 @@ def _materialized_then_changed(tmp_path: Path) -> tuple[DemoLayout, DagsterInsta
     instance = DagsterInstance.ephemeral()
     resources = round_resources(layout, tmp_path / "ledgers")
     state_a = fingerprint(layout.rounds_root / SMALL)
-    assert materialize_round(instance, resources, SMALL, tags={FINGERPRINT_TAG: state_a}).success
+    assert materialize_round(instance, resources, SMALL, tags={INPUT_FINGERPRINT_TAG: state_a}).success
     first = tick(layout.rounds_root, instance=instance)
     assert first.result == SkipReason("no new or changed rounds")  # the ledger holds state A
 
@@ -985,7 +997,7 @@ def test_a_round_changed_back_after_a_later_run_replaced_its_ledger_and_failed_r
     """The latest ledger is not the one whose stats recorded state A: a later run (B's) wrote
     it and stopped before its stats."""
     layout, instance, resources, changed = _materialized_then_changed(tmp_path)
-    later = materialize_round(instance, resources, SMALL, selection=[rollout_ledger.key], tags={FINGERPRINT_TAG: "b"})
+    later = materialize_round(instance, resources, SMALL, selection=[rollout_ledger.key], tags={INPUT_FINGERPRINT_TAG: "b"})
     assert later.success
 
     reverted = tick(layout.rounds_root, cursor=changed.cursor, instance=instance)
@@ -1050,11 +1062,11 @@ def test_evaluate_tick_resolves_job_tags_and_partition_requests(demo: DemoLayout
     first = data.run_requests[0]
     assert (first.partition_key, first.run_key) == (ROUND, key_of(ROUND, digest))
     assert {
-        key: first.tags[key] for key in ("dagster/partition", "dagster/sensor_name", "rollout/fingerprint")
+        key: first.tags[key] for key in ("dagster/partition", "dagster/sensor_name", INPUT_FINGERPRINT_TAG)
     } == {
         "dagster/partition": ROUND,
         "dagster/sensor_name": "round_dirs_sensor",
-        "rollout/fingerprint": digest,
+        INPUT_FINGERPRINT_TAG: digest,
     }
     assert [event.partition for event in data.asset_events] == [ROUND, SMALL]
     assert (again.run_requests, again.skip_message) == ([], "no new or changed rounds")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rollout_assets import stages
 from rollout_assets.backfill import parallel
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.demo import DemoLayout
 from rollout_assets.ledger import iter_jsonl
+from rollout_assets.stages import loss_guard
 from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
@@ -87,13 +87,13 @@ def test_stages_on_two_workers_write_the_command_line_ledger_and_stats(
 def _record_as_written(outputs: RoundOutputs, stage: str) -> None:
     """Make the stage's record name its files as they are now, as if the stage had written
     them: what a stage with a bug would leave. The ledger stage's own checks must then refuse."""
-    from rollout_assets.sources.round import round_inputs_fingerprint
+    from rollout_assets.sources.fingerprint import round_state_digest
     from rollout_assets.stages import file_identity
 
     path = outputs.built_from(stage)
     record = json.loads(path.read_text())
     if stage == "round_manifest":  # as if the round changed only after the stage checked it
-        record.update(manifest=file_identity(outputs.manifest), inputs=round_inputs_fingerprint(record["outDir"]))
+        record.update(manifest=file_identity(outputs.manifest), inputs=round_state_digest(record["outDir"]))
         path.write_text(json.dumps(record))
         return
     files = {
@@ -290,7 +290,7 @@ def test_a_rebuild_holding_the_same_transcripts_does_not_read_the_ledger(
     demo: DemoLayout, staged: RoundOutputs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read: list[Path] = []
-    monkeypatch.setattr(stages, "lost_transcripts", lambda path, lines: read.append(path) or [])
+    monkeypatch.setattr(loss_guard, "lost_transcripts", lambda path, lines: read.append(path) or [])
 
     _rebuild(demo, staged, demo.opencode_db, demo.claude_projects_dir)
     assert read == []  # the digests agree

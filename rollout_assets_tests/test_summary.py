@@ -180,7 +180,7 @@ def test_a_partition_key_that_cannot_be_a_round_is_left_out_of_the_summary_and_l
 
 def test_a_round_named_like_the_summary_file_is_refused_and_the_summary_still_written(demo, tmp_path: Path) -> None:
     from rollout_assets.defs.partitions import round_key_problem
-    from rollout_assets.defs.sensors import list_round_dirs
+    from rollout_assets.defs.resources import list_round_dirs
 
     rounds_root = tmp_path / "rounds"
     rounds_root.mkdir()
@@ -320,7 +320,7 @@ def test_two_summaries_written_at_once_never_fail_nor_leave_a_torn_file(tmp_path
 
 
 def test_a_cost_sum_beyond_a_double_is_an_unknown_cost_not_a_crash(tmp_path: Path) -> None:
-    from rollout_assets.defs.assets import stats_table
+    from rollout_assets.defs.assets.stats import stats_table
     from rollout_assets.stages import RoundOutputs
 
     stats = {"lines": 2, "byRole": {"supervisor": 1, "proposer": 1}, "gapLines": 0, "rewardLabeled": 1,
@@ -452,10 +452,7 @@ def test_unwritable_ledger_root_says_to_set_rollout_ledger_root(demo, tmp_path: 
 
 
 def test_missing_claude_projects_folder_gives_gap_lines_and_a_warning_naming_the_variable(demo, tmp_path: Path) -> None:
-    from rollout_assets.defs.resources import ClaudeProjects
-
-    resources = round_resources(demo, tmp_path / "ledgers")
-    resources["claude"] = ClaudeProjects(projects_dir=str(tmp_path / "no-claude"))
+    resources = round_resources(demo, tmp_path / "ledgers", claude_projects=tmp_path / "no-claude")
     with instance_for_test() as instance:
         result = materialize_round(instance, resources)
         warnings = [

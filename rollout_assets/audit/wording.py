@@ -24,7 +24,7 @@ REWARD_SOURCES = {
     "proposer": f"{OFFICIAL_JUDGE}/candidate-resolved-fraction",
 }
 
-# The gap wordings (docs/line-format.md, and README's deliberate differences from the seed).
+# The gap wordings (docs/line-format.md, and the deliberate differences in docs/seed.md).
 SUPERVISOR_GAP = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
 SUPERVISOR_GAP_LIST_MISSING = (
     SUPERVISOR_GAP + "; result.json missing: this cell's worker sessions cannot be listed"

@@ -153,26 +153,51 @@ def write_units(
     """Write the lines of every unit to `writer`, in unit order; returns the summed counters."""
     stats = new_tally()
     if workers <= 1 or len(units) <= 1:
-        try:
-            for unit in units:
-                for line in produce(unit):
-                    writer.write(line)
-                    stats.observe(line)
-                if on_unit_done is not None:
-                    on_unit_done(unit)
-        finally:
-            # What the producer opened in this process (forked workers' end with them).
-            close = getattr(produce, "close", None)
-            if close is not None:
-                close()
-        return stats
+        _write_units_here(writer, units, produce, stats, on_unit_done)
+    else:
+        _write_units_forked(writer, units, produce, stats, on_unit_done, workers=workers, new_tally=new_tally)
+    return stats
+
+
+def _write_units_here(
+    writer: AtomicJsonlWriter,
+    units: Sequence[Any],
+    produce: Produce,
+    stats: Tally,
+    on_unit_done: Callable[[Any], None] | None,
+) -> None:
+    """write_units in the calling process."""
+    try:
+        for unit in units:
+            for line in produce(unit):
+                writer.write(line)
+                stats.observe(line)
+            if on_unit_done is not None:
+                on_unit_done(unit)
+    finally:
+        # What the producer opened in this process (forked workers' end with them).
+        close = getattr(produce, "close", None)
+        if close is not None:
+            close()
+
+
+def _write_units_forked(
+    writer: AtomicJsonlWriter,
+    units: Sequence[Any],
+    produce: Produce,
+    stats: Tally,
+    on_unit_done: Callable[[Any], None] | None,
+    *,
+    workers: int,
+    new_tally: Callable[[], Tally],
+) -> None:
+    """write_units on `workers` forked processes, each unit to a segment file the parent
+    appends in unit order."""
     global _TASK
     # Segments sit beside the output, named like its temp files, so a killed run's leftovers
     # are removed by the next writer of that path.
     prefix = str(writer.path.parent / segment_prefix(writer.path))
     _TASK = _Task(produce, writer.encode, prefix, new_tally)
-    # Futures are dropped once their unit is appended: each holds its unit's counters.
-    futures: deque[Future] = deque()
     try:
         # Objects that exist now are shared with the workers copy-on-write; freezing them keeps
         # the workers' garbage collector from touching (and so copying) every page of them.
@@ -184,21 +209,7 @@ def write_units(
             initargs=(os.getpid(),),
         ) as pool:
             try:
-                # The workers are forked by the first submit. Ctrl-C is held meanwhile: landing in
-                # a fork hook, Python would print it as ignored and the run would go on. It is
-                # raised here, in the parent, once they exist.
-                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
-                    futures.extend(pool.submit(_run_unit, index, unit) for index, unit in enumerate(units))
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                for unit in units:
-                    segment, lines, unit_stats = futures.popleft().result()
-                    writer.append_file(segment, lines)
-                    os.unlink(segment)
-                    stats.merge(unit_stats)
-                    if on_unit_done is not None:
-                        on_unit_done(unit)
+                _append_segments(writer, units, _submit_all(pool, units), stats, on_unit_done)
             except BaseException:
                 # Leaving the `with` block would first run every unit still queued: cancel them,
                 # so a failure surfaces now. Units a worker already took still finish here,
@@ -215,7 +226,36 @@ def write_units(
     finally:
         gc.unfreeze()
         _TASK = None
-    return stats
+
+
+def _submit_all(pool: ProcessPoolExecutor, units: Sequence[Any]) -> deque[Future]:
+    """Every unit queued on the pool, in order."""
+    # The workers are forked by the first submit. Ctrl-C is held meanwhile: landing in a fork
+    # hook, Python would print it as ignored and the run would go on. It is raised here, in the
+    # parent, once they exist.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return deque(pool.submit(_run_unit, index, unit) for index, unit in enumerate(units))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _append_segments(
+    writer: AtomicJsonlWriter,
+    units: Sequence[Any],
+    futures: deque[Future],
+    stats: Tally,
+    on_unit_done: Callable[[Any], None] | None,
+) -> None:
+    """Each unit's segment appended to `writer` as soon as it and those before it are done."""
+    for unit in units:
+        # Futures are dropped once their unit is appended: each holds its unit's counters.
+        segment, lines, unit_stats = futures.popleft().result()
+        writer.append_file(segment, lines)
+        os.unlink(segment)
+        stats.merge(unit_stats)
+        if on_unit_done is not None:
+            on_unit_done(unit)
 
 
 def _segment_path(prefix: str, index: int) -> str:

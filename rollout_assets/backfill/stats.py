@@ -137,10 +137,9 @@ class BackfillStats:
     def merge(self, other: BackfillStats) -> None:
         """Add the counts of `other` (the counters of another part of the same round), each
         field by its type or its policy (`rollout_assets.counters`)."""
-        # A subclass with a merge of its own merges the fields it adds there (WorkerLinesTally
-        # joins runs of lines); one without has them merged here like the others.
-        own_merge = type(self).merge is not BackfillStats.merge
-        merge_counters(self, other, fields_of=BackfillStats if own_merge else None)
+        # A subclass's fields are merged here too, unless it marks them KEEP and merges them
+        # itself (WorkerLinesTally joins runs of lines).
+        merge_counters(self, other)
 
     def to_json(self) -> dict[str, Any]:
         """The seed's key names and order, then this project's additional counters."""

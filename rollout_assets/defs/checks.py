@@ -21,9 +21,9 @@ from dagster import (
 )
 
 from rollout_assets import audit
-from rollout_assets.defs.assets import campaign_cells, rollout_ledger, rollout_stats
+from rollout_assets.defs.constants import CAMPAIGN_CELLS, ROLLOUT_LEDGER, ROLLOUT_STATS
 from rollout_assets.defs.partitions import ROUNDS
-from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundsRoot
+from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.stages import file_identity
 
 
@@ -62,18 +62,13 @@ class _RunRecounts:
 _RECOUNTS = _RunRecounts()
 
 
-def _inputs_and_ledger(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
-    ledger_root: LedgerRoot,
-) -> tuple[audit.InputsRecount, audit.LedgerRecount]:
-    key = context.partition_key
-    return (
-        _RECOUNTS.inputs(context, rounds_root.round_dir(key), opencode.db_path, claude.path),
-        _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger),
-    )
+def _inputs(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.InputsRecount:
+    round_dir = locations.round_dir(context.partition_key)
+    return _RECOUNTS.inputs(context, round_dir, locations.opencode.db_path, locations.claude.path)
+
+
+def _ledger(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.LedgerRecount:
+    return _RECOUNTS.ledger(context, locations.outputs(context.partition_key).ledger)
 
 
 def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
@@ -90,91 +85,69 @@ def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
     )
 
 
-@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def every_cell_has_one_supervisor_line(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
-    ledger_root: LedgerRoot,
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """Every campaign cell of the round has exactly one supervisor line."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.supervisors_verdict(inputs, ledger), context.partition_key)
 
 
-@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def every_worker_session_accounted_for(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
-    ledger_root: LedgerRoot,
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """Every worker cwd of any result.json has a worker line; every opencode session of them appears once per cell listing its cwd."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.workers_verdict(inputs, ledger), context.partition_key)
 
 
-@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def every_shot_receipt_has_one_proposer_line(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
-    ledger_root: LedgerRoot,
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """Every proposer shot receipt of the round has exactly one proposer line."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.proposers_verdict(inputs, ledger), context.partition_key)
 
 
-@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def every_line_is_its_invocation_in_order(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
-    ledger_root: LedgerRoot,
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """The lines are exactly the invocations the inputs name, in ledger order: ids follow from
     the inputs and from each line's fields, run_id is the round's, supervisor and worker
     rewards are the cell's verdict; each line's role, parent, reward_source and gap are the
     ones the inputs give it."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.inputs_match_verdict(inputs, ledger), context.partition_key)
 
 
-@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def every_gap_is_warranted(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
-    ledger_root: LedgerRoot,
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """Every gap line's reason holds in the inputs, read by the audit's own path (no session of
     the cwd in the store, no message and part rows that make a message, no transcript starting
     inside the shot's window, a store or file the audit cannot read either, ...); every proposer
     line joined to a transcript names a file of its worktree's project folder that starts
     inside the shot's window."""
-    inputs, ledger = _inputs_and_ledger(context, rounds_root, opencode, claude, ledger_root)
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
     return _result(audit.gaps_warranted_verdict(inputs, ledger), context.partition_key)
 
 
-@asset_check(asset=rollout_ledger, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def ledger_lines_valid_and_linked(
-    context: AssetCheckExecutionContext, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """Every line validates, empty transcripts carry a gap reason, ids are unique, parents exist."""
-    key = context.partition_key
-    ledger = _RECOUNTS.ledger(context, ledger_root.outputs(key).ledger)
-    return _result(audit.integrity_verdict(ledger), key)
+    return _result(audit.integrity_verdict(_ledger(context, locations)), context.partition_key)
 
 
-@asset_check(asset=rollout_stats, partitions_def=ROUNDS, blocking=True)
+@asset_check(asset=ROLLOUT_STATS, partitions_def=ROUNDS, blocking=True)
 def stats_reconcile_with_ledger(
-    context: AssetCheckExecutionContext, ledger_root: LedgerRoot
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """lines = Σ per role = full transcripts + gap lines; reward-labeled = lines with a reward;
     gap lines by reason = the ledger's gaps by their wording; per role, rewards labeled and their
@@ -182,23 +155,17 @@ def stats_reconcile_with_ledger(
     joined, empty or missed, shots joined or missed, cells without a worker list) as the lines
     are, and the store's availability as no worker line contradicts."""
     key = context.partition_key
-    outputs = ledger_root.outputs(key)
-    return _result(audit.stats_verdict(_RECOUNTS.ledger(context, outputs.ledger), outputs.stats), key)
+    return _result(audit.stats_verdict(_ledger(context, locations), locations.outputs(key).stats), key)
 
 
-@asset_check(asset=campaign_cells, partitions_def=ROUNDS, blocking=False)
+@asset_check(asset=CAMPAIGN_CELLS, partitions_def=ROUNDS, blocking=False)
 def every_cell_lists_its_workers(
-    context: AssetCheckExecutionContext,
-    rounds_root: RoundsRoot,
-    opencode: OpencodeDatabase,
-    claude: ClaudeProjects,
+    context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
     """Warns about cells whose workers ran but cannot be listed: result.json missing or unreadable,
     or counting spawned workers without naming their cwds."""
     key = context.partition_key
-    cells = _RECOUNTS.inputs(
-        context, rounds_root.round_dir(key), opencode.db_path, claude.path
-    ).cells_without_worker_list
+    cells = _inputs(context, locations).cells_without_worker_list
     return AssetCheckResult(
         passed=not cells,
         severity=AssetCheckSeverity.WARN,

@@ -9,10 +9,11 @@ ledger root holds itself (`rounds-summary.parquet`): that round's folder would c
 
 from __future__ import annotations
 
-from rollout_assets.errors import RoundError
 import re
 
 from dagster import DynamicPartitionsDefinition
+
+from rollout_assets.errors import RoundError
 
 ROUNDS_PARTITIONS_NAME = "rounds"
 ROUNDS = DynamicPartitionsDefinition(name=ROUNDS_PARTITIONS_NAME)

@@ -1,8 +1,19 @@
-"""The fingerprint of a round's inputs: the size and modification time of every file the
-backfill reads, hashed into one value, and the folders new inputs appear in.
+"""The two fingerprints of a round, both taken from file metadata, never from contents.
 
-The sensor compares fingerprints to decide which rounds changed; the `round_manifest` asset
-records one for a run that was not given one, so the sensor does not run the same inputs again.
+- The input fingerprint (`fingerprint_round`, a `RoundFingerprint`): the size and
+  modification time of every file the backfill reads, the round's own and those its cells
+  point to outside it, hashed into one value, with the folders new inputs appear in. The
+  sensor compares it to decide which rounds changed, and the run it starts carries it (the
+  run tag INPUT_FINGERPRINT_TAG); `round_manifest` takes one for a run that was not given
+  one, the stage records carry it under INPUT_FINGERPRINT to `rollout_stats`, whose metadata
+  the sensor reads back, so the same inputs are not run again.
+- The round's state between stages (`round_state_digest`): the kind, size and modification
+  time of every file of the round that more than one stage reads. Each stage record holds the
+  one its stage saw (key "inputs"); a stage refuses to run, and the ledger stage to assemble,
+  when the round's files are no longer those round_manifest saw, so one ledger never mixes
+  two moments of a round. It does not say which inputs a ledger was built from: that is the
+  input fingerprint's job.
+
 No Dagster here. Nothing is read but file metadata and each cell's `artifact` paths.
 """
 
@@ -15,14 +26,22 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
 from rollout_assets.io import read_regular_file, string_or_none
-from rollout_assets.sources.round import RoundInputError, discover_campaigns, list_shot_receipts, run_dir_file
-
+from rollout_assets.sources.round import (
+    CELL_CACHE,
+    RoundInputError,
+    discover_campaigns,
+    list_shot_receipts,
+    resolve_out_dir,
+    run_dir_file,
+)
+from rollout_assets.sources.round.layout import sorted_names
 
 # One name for the input fingerprint wherever it is carried: the run tag the sensor sets, the
 # key in the stage records that pass it from round_manifest to rollout_stats, and the metadata
 # of rollout_stats the sensor reads back.
 INPUT_FINGERPRINT = "input_fingerprint"
 INPUT_FINGERPRINT_TAG = f"rollout/{INPUT_FINGERPRINT}"
+
 
 @dataclass(frozen=True)
 class RoundFingerprint:
@@ -164,9 +183,10 @@ def _input_files(out_dir: Path) -> tuple[list[str], list[str], int, int]:
 
 
 def fingerprint_round(out_dir: Path) -> RoundFingerprint:
-    """The fingerprint of a round's inputs. A directory's own mtime is not in the digest: it
-    does not change when a file inside is rewritten, and it changes when a file the backfill
-    does not read comes or goes. It only counts towards the quiet period (`last_written`)."""
+    """The input fingerprint of a round: what the sensor compares and the stage records carry
+    under INPUT_FINGERPRINT. A directory's own mtime is not in the digest: it does not change
+    when a file inside is rewritten, and it changes when a file the backfill does not read
+    comes or goes. It only counts towards the quiet period (`last_written`)."""
     files, folders, cells, receipts = _input_files(out_dir)
     digest = hashlib.sha256()
     mtimes: list[float] = []
@@ -192,3 +212,42 @@ def unreadable_round_fingerprint(out_dir: Path, error: RoundInputError) -> Round
     improve = os.path.join(out_dir, "improve-run")
     folders = (str(out_dir), improve, *(os.path.join(improve, name) for name in _listdir(improve)))
     return RoundFingerprint(digest, 0, 0, 0, (), folders)
+
+
+def round_state_digest(out_dir: str | os.PathLike[str]) -> str:
+    """The state of the round's files as a stage saw them: the kind, size and modification
+    time of every round file more than one stage reads (loop-provenance.json,
+    cost-ledger.jsonl, candidates/*.patch, each cell folder's cached-result.json, shot
+    receipts), hashed into 16 hex digits. Stages that saw the same digest saw the same round.
+
+    Not the input fingerprint: it covers only the files more than one stage reads (a file one
+    stage alone reads cannot differ between two stages), counts a file's kind and a file that
+    is missing, and costs one stat per file, nothing parsed: about 0.1 s at 12,000 cells. A
+    cell folder without its cache yet counts too, so a cell that finishes changes it.
+    """
+    out_dir = resolve_out_dir(out_dir)
+    digest = hashlib.sha256()
+
+    def add(path: str | Path) -> None:
+        try:
+            found = os.stat(path)
+            state = f"{found.st_mode:o}\0{found.st_size}\0{found.st_mtime_ns}"
+        except (OSError, ValueError):  # absent, unreadable, or a name no file can have
+            state = "-"
+        digest.update(f"{path}\0{state}\n".encode("utf-8", "surrogateescape"))
+
+    improve_run = out_dir / "improve-run"
+    add(improve_run / "loop-provenance.json")
+    add(improve_run / "cost-ledger.jsonl")
+    candidates = out_dir / "candidates"
+    if os.path.isdir(candidates):
+        for name in sorted_names(candidates):
+            if name.endswith(".patch"):
+                add(candidates / name)
+    for _, _, campaign_dir in discover_campaigns(out_dir):
+        folder = str(campaign_dir)
+        for name in sorted_names(campaign_dir):
+            add(os.path.join(folder, name, CELL_CACHE))
+    for receipt in list_shot_receipts(out_dir):
+        add(receipt.path)
+    return digest.hexdigest()[:16]

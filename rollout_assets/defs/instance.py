@@ -1,0 +1,183 @@
+"""Every question the Dagster layer asks of the Dagster instance, on its public API: the rounds'
+partitions, when a run was created, runs of a round still unfinished, the run keys of the
+sensor's runs, the input fingerprint of a round's latest materialization, and the verdicts of
+the blocking checks on a round's latest ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
+
+from rollout_assets.defs.constants import LEDGER_BLOCKING_CHECKS, ROLLOUT_LEDGER, ROLLOUT_STATS
+from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT, INPUT_FINGERPRINT_TAG
+
+# The tag's name on runs requested before it took the fingerprint's one name: such a run,
+# queued or re-executed after an upgrade, still says which inputs it was requested for.
+_EARLIER_FINGERPRINT_TAG = "rollout/fingerprint"
+
+# The statuses in which the run queue counts a run against its round's limit.
+RUNNING_STATUSES = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING)
+# Every status of a run that may still write a round's outputs: a queued run reads the
+# round's inputs only when it starts.
+UNFINISHED_STATUSES = (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.QUEUED, *RUNNING_STATUSES)
+
+# The statuses of a check execution record (`dagster` does not export their enum), by value.
+_PASSED = "SUCCEEDED"
+_COMPLETED = {"SUCCEEDED", "FAILED"}
+
+
+def round_partitions(instance: DagsterInstance) -> list[str]:
+    """The partition keys of `rounds`, in the order they were added: one query."""
+    return instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME)
+
+
+def run_created_at(instance: DagsterInstance, run_id: str) -> str:
+    """When the run was created, as the ledger's capture time: every stage of a run agrees."""
+    record = instance.get_run_record_by_id(run_id)
+    created = record.create_timestamp if record is not None else datetime.now(UTC)
+    return created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def run_input_fingerprint(run: DagsterRun) -> str | None:
+    """The input fingerprint the run was requested for, from its tag (the sensor's and
+    `rollout-assets materialize`'s runs carry one), or None. A re-execution (from the UI, or
+    Dagster's automatic retries) carries its parent's tags, and with them the fingerprint of
+    the inputs as they were when the parent was requested: it has none of its own."""
+    if run.parent_run_id is not None:
+        return None
+    return run.tags.get(INPUT_FINGERPRINT_TAG) or run.tags.get(_EARLIER_FINGERPRINT_TAG) or None
+
+
+def round_run(instance: DagsterInstance, key: str, statuses: Sequence[DagsterRunStatus]) -> str | None:
+    """The id of a run of round `key` (sensor, UI, command line) in one of `statuses`, if any."""
+    records = instance.get_run_records(
+        RunsFilter(tags={"dagster/partition": key}, statuses=list(statuses)), limit=1
+    )
+    return records[0].dagster_run.run_id if records else None
+
+
+def sensor_run_keys(instance: DagsterInstance, sensor_name: str) -> list[str]:
+    """The run keys of the runs the sensor requested (Dagster tags each with the sensor's name
+    and the request's run key)."""
+    runs = instance.get_runs(RunsFilter(tags={"dagster/sensor_name": sensor_name}))
+    return [run.tags.get("dagster/run_key", "") for run in runs]
+
+
+def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_key: str) -> Any:
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset, asset_partitions=[round_key]), limit=1
+    ).records
+    return records[0] if records and records[0].asset_materialization is not None else None
+
+
+def latest_metadata(instance: DagsterInstance, asset: AssetKey, name: str) -> Any:
+    """The value of metadata entry `name` of the latest materialization of an unpartitioned
+    asset, or None."""
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=asset), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    entry = records[0].asset_materialization.metadata.get(name)
+    return entry.value if entry is not None else None
+
+
+def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str | None:
+    """The input fingerprint of the round's ledger as it stands, when the instance knows it: the
+    one recorded by the latest `rollout_stats` materialization (the run's tag, from the sensor or
+    `rollout-assets materialize`; without one, what its round_manifest took), provided that
+
+    - the latest `rollout_ledger` materialization is of the same run: a later run that
+      replaced the ledger and then failed wrote the ledger of other inputs;
+    - no run of the round is queued or in progress: it may be about to replace the ledger
+      with the inputs of another moment (a round changed A -> B -> A while B's run executes).
+    """
+    stats = _latest_materialization(instance, ROLLOUT_STATS, round_key)
+    if stats is None:
+        return None
+    ledger = _latest_materialization(instance, ROLLOUT_LEDGER, round_key)
+    if ledger is None or ledger.run_id != stats.run_id:
+        return None
+    if round_run(instance, round_key, UNFINISHED_STATUSES) is not None:
+        return None
+    entry = stats.asset_materialization.metadata.get(INPUT_FINGERPRINT)
+    return entry.value if entry is not None and isinstance(entry.value, str) else None
+
+
+# -- the blocking checks of a round's ledger --------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerChecks:
+    """What the instance recorded about the blocking checks of a round's latest ledger."""
+
+    materialized: bool  # the round has a rollout_ledger materialization
+    failed: tuple[str, ...]  # blocking checks whose evaluation of that ledger failed
+    not_evaluated: tuple[str, ...]  # blocking checks not (yet) evaluated on that ledger
+
+    @property
+    def passed(self) -> bool:
+        return self.materialized and not self.failed and not self.not_evaluated
+
+    def problem(self) -> str:
+        """Why the ledger is not known to pass its blocking checks, as part of a sentence."""
+        if not self.materialized:
+            return "its ledger is not materialized yet"
+        if self.failed:
+            return f"its ledger failed the blocking check(s) {', '.join(self.failed)}"
+        return f"the blocking check(s) {', '.join(self.not_evaluated)} have not been evaluated on its latest ledger"
+
+
+def _materialized(instance: DagsterInstance, asset: AssetKey, round_key: str) -> bool:
+    records_filter = AssetRecordsFilter(asset_key=asset, asset_partitions=[round_key])
+    return bool(instance.fetch_materializations(records_filter, limit=1).records)
+
+
+def ledger_checks(instance: DagsterInstance, round_keys: Iterable[str]) -> dict[str, LedgerChecks]:
+    """The blocking checks of each round's latest `rollout_ledger` materialization, as the
+    instance recorded them: one query per check for all the rounds, and one per round that
+    no check evaluated."""
+    return blocking_checks(instance, ROLLOUT_LEDGER, LEDGER_BLOCKING_CHECKS, round_keys)
+
+
+def blocking_checks(
+    instance: DagsterInstance, asset: AssetKey, check_names: Iterable[str], round_keys: Iterable[str]
+) -> dict[str, LedgerChecks]:
+    """The checks `check_names` of each round's latest materialization of `asset`, as the
+    instance recorded them (see `ledger_checks`)."""
+    round_keys = list(round_keys)
+    if not round_keys:
+        return {}
+    blocking = [AssetCheckKey(asset, name) for name in sorted(check_names)]
+    recorded = instance.event_log_storage.get_asset_check_partition_info(blocking, partition_keys=round_keys)
+    infos = {(info.partition_key, info.check_key): info for info in recorded}
+    checks: dict[str, LedgerChecks] = {}
+    for key in round_keys:
+        found = [infos[key, check] for check in blocking if (key, check) in infos]
+        # An evaluation's record knows the ledger's latest materialization; without one, ask.
+        if found:
+            materialized = any(info.latest_materialization_storage_id is not None for info in found)
+        else:
+            materialized = _materialized(instance, asset, key)
+        failed, not_evaluated = [], []
+        for check in blocking:
+            info = infos.get((key, check))
+            # Evaluated means: on the ledger's latest materialization, not on an earlier one.
+            if info is None or not info.is_current or info.latest_execution_status.value not in _COMPLETED:
+                not_evaluated.append(check.name)
+            elif info.latest_execution_status.value != _PASSED:
+                failed.append(check.name)
+        checks[key] = LedgerChecks(materialized, tuple(failed), tuple(not_evaluated))
+    return checks
