@@ -54,6 +54,7 @@ CHECK_NAMES = {
     "every_worker_session_accounted_for",
     "every_shot_receipt_has_one_proposer_line",
     "every_line_is_its_invocation_in_order",
+    "every_gap_is_warranted",
     "ledger_lines_valid_and_linked",
     "stats_reconcile_with_ledger",
     "every_cell_lists_its_workers",

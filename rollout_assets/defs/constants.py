@@ -29,6 +29,7 @@ TRAINING_DATASETS = {"sft_rows": SFT_ROWS, "preference_pairs": PREFERENCE_PAIRS,
 # `rollout-assets materialize` silences only once it runs. test_defs keeps the two in step.
 LEDGER_BLOCKING_CHECKS = (
     "every_cell_has_one_supervisor_line",
+    "every_gap_is_warranted",
     "every_line_is_its_invocation_in_order",
     "every_shot_receipt_has_one_proposer_line",
     "every_worker_session_accounted_for",
