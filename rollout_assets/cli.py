@@ -247,7 +247,7 @@ def run_backfill(args: argparse.Namespace) -> int:
     kind = special_file_kind(ledger_path)  # a FIFO or a character device, if anything (checked above)
     if kind is None:
         # A link is written through, never replaced: the rename lands on the file it leads to.
-        target = Path(os.path.realpath(ledger_path)) if ledger_path.is_symlink() else ledger_path
+        target = Path(os.path.realpath(ledger_path)) if os.path.islink(ledger_path) else ledger_path
         return _backfill(args, out_dir, target, stream=None)
     with _StreamedLedger(ledger_path, kind) as stream:
         return _backfill(args, out_dir, ledger_path, stream)
