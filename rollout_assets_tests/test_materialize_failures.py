@@ -111,7 +111,7 @@ def test_a_file_past_the_size_limit_fails_its_step_in_one_sentence(tmp_path: Pat
 _SLOW_MANIFEST = """
 import time
 from pathlib import Path
-from rollout_assets.defs import assets
+from rollout_assets.defs.assets import manifest as assets
 real_write_manifest = assets.write_manifest
 def slow_write_manifest(*args, **kwargs):
     Path({marker!r}).touch()
