@@ -124,13 +124,13 @@ class ShotProofs:
             folders = ", ".join(shot.folders) or "none"
             return f"{path} is no transcript file of the worktree's project folders ({folders})"
         evidence = self.evidence(shot)
-        if shot.assigned and shot.joined != path:
-            # docs/input-formats.md §6: one-to-one, the closest in time first.
-            return (
-                f"by the one-to-one join the shot takes {shot.joined or 'no transcript'}, not {path}"
-                " (a transcript joins at most one shot, the closest in time)"
-            )
         if any(path == qualifying for qualifying, _ in evidence.qualifying):
+            if shot.assigned and shot.joined != path:
+                # docs/input-formats.md §6: one-to-one, the closest in time first.
+                return (
+                    f"by the one-to-one join the shot takes {shot.joined or 'no transcript'}, not {path}"
+                    " (a transcript joins at most one shot, the closest in time)"
+                )
             return None
         if evidence.unsettled is not None:
             return f"the audit cannot show that {path} qualifies: {evidence.unsettled}"
