@@ -3,7 +3,8 @@
 Owns the order of lines and which source record each line comes from (the seed's JOIN):
 manifest entries in order (baseline, then generation, candidate); within an entry, cells by
 (scenarioId, rep), each supervisor line directly followed by its worker lines; then all
-proposer lines by receipt path. Lines are produced as a stream and the stats are counted as
+proposer lines by receipt path, each directly followed by the `agent` lines of its transcript's
+sub-agent conversations. Lines are produced as a stream and the stats are counted as
 they pass, so a huge round is never held in memory.
 
 The join is split into stages (cell rows, worker lines of a batch of cells, proposer lines)
