@@ -132,7 +132,7 @@ def test_ledger_is_the_cli_backfill_apart_from_captured_at(
     dagster_lines = read_jsonl(ledger_path)
     cli_lines = read_jsonl(cli_ledger)
 
-    assert len(dagster_lines) == 93
+    assert len(dagster_lines) == 96  # 93 + the 3 sub-agent (agent) lines of its joined shots
     assert without_captured_at(dagster_lines) == without_captured_at(cli_lines)
 
 
@@ -170,7 +170,7 @@ def test_ledger_metadata_numbers_equal_the_backfill_stats(
     expected = _counts_of(cli_stats)
 
     assert {name: metadata[name] for name in expected} == expected
-    assert metadata["dagster/row_count"] == cli_stats["lines"] == 93
+    assert metadata["dagster/row_count"] == cli_stats["lines"] == 96
 
 
 def test_stats_metadata_numbers_equal_the_backfill_stats(
@@ -205,7 +205,8 @@ def test_stage_metadata_numbers_add_up_to_the_ledger(
     assert found["worker_sessions"]["lines"] == cli_stats["byRole"]["worker"]
     assert found["worker_sessions"]["sessions_joined"] == cli_stats["workerSessionsJoined"]
     assert found["worker_sessions"]["cwds_missed"] == cli_stats["workerCwdsMissed"]
-    assert found["proposer_transcripts"]["lines"] == 4
+    # The proposer stage holds each proposer line and its sub-agent (agent) lines.
+    assert found["proposer_transcripts"]["lines"] == 4 + cli_stats["byRole"]["agent"] == 7
     assert found["proposer_transcripts"]["shots_missed"] == cli_stats["proposerShotsMissed"]
 
 
@@ -237,8 +238,9 @@ def test_stats_metadata_carries_a_markdown_table_per_role_and_gap_reason(
     assert isinstance(table, MarkdownMetadataValue)
     rows = table.value.splitlines()
     assert rows[0] == "| role | lines | rewards labeled | mean reward | cost USD |"
-    assert [row.split(" | ")[:2] for row in rows[2:5]] == [
-        [f"| {role}", str(cli_stats["byRole"][role])] for role in ROLES
+    # `agent` (the sub-agent lines) comes first, in the line format's role order.
+    assert [row.split(" | ")[:2] for row in rows[2:6]] == [
+        [f"| {role}", str(cli_stats["byRole"][role])] for role in ("agent", *ROLES)
     ]
     assert "| gap reason | lines |" in rows
     for kind, count in cli_stats["byGapReason"].items():

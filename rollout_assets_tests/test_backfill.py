@@ -246,8 +246,11 @@ def test_proposer_lines_come_last_sorted_by_receipt_path(
 ) -> None:
     run = rounds[round_name]
     proposers = run.role("proposer")
+    # Each proposer line is followed by the lines of its sub-agent conversations, if any.
+    tail = run.lines[-len(proposers) - len(run.role("agent")) :]
 
-    assert run.lines[-len(proposers) :] == proposers
+    assert [line for line in tail if line["role"] == "proposer"] == proposers
+    assert all(line["role"] in ("proposer", "agent") for line in tail)
     assert [receipt_of_line(run.out_dir, line) for line in proposers] == sorted(receipt_files(run.out_dir))
 
 
@@ -963,12 +966,14 @@ def test_gap_reasons_are_counted_per_reason(round_001: Backfilled) -> None:
 def test_round_001_stats_have_the_planted_counts(round_001: Backfilled) -> None:
     stats = round_001.stats.to_json()
 
+    # Each of the 3 joined shots' transcripts holds one inline sub-agent conversation: an
+    # `agent` line each, which the seed dropped.
     assert {key: stats[key] for key in SEED_STATS_KEYS} == {
-        "lines": 93,
-        "byRole": {"supervisor": 30, "worker": 59, "proposer": 4},
-        "fullTranscripts": 59,
+        "lines": 96,
+        "byRole": {"agent": 3, "supervisor": 30, "worker": 59, "proposer": 4},
+        "fullTranscripts": 62,
         "gapLines": 34,
-        "rewardLabeled": 89,
+        "rewardLabeled": 92,
         "workerSessionsJoined": 56,
         "workerCwdsMissed": 1,
         "workerSessionsEmpty": 2,

@@ -153,8 +153,9 @@ def make_round(root: Path) -> Round:
     before = backfill(
         layout.rounds[0], opencode_db=layout.opencode_db, claude_projects_dir=layout.claude_projects_dir
     )
-    assert before.stats.by_role == {"supervisor": CELLS, "worker": WORKERS, "proposer": SHOTS}
-    assert before.stats.full_transcripts == WORKERS + SHOTS  # a clean round: only supervisor gaps
+    # Each shot's transcript holds one inline sub-agent conversation: an `agent` line each.
+    assert before.stats.by_role == {"supervisor": CELLS, "worker": WORKERS, "proposer": SHOTS, "agent": SHOTS}
+    assert before.stats.full_transcripts == WORKERS + 2 * SHOTS  # a clean round: only supervisor gaps
     return Round(layout, layout.rounds[0], ledger, before.lines)
 
 
@@ -219,6 +220,16 @@ def stripped(line: dict[str, Any]) -> dict[str, Any]:
     copy = json.loads(json.dumps(line))
     del copy["provenance"]["captured_at"]
     return copy
+
+
+def subagents_of(rnd: Round, proposer: dict[str, Any]) -> set[str]:
+    """The ids of the sub-agent (`agent`) lines of a proposer line before the damage: they come
+    from its transcript and inherit its receipt's harness and completion."""
+    return {
+        line["rollout_id"]
+        for line in rnd.before
+        if line["role"] == "agent" and line["parent_rollout_id"] == proposer["rollout_id"]
+    }
 
 
 def changed_lines(
@@ -577,7 +588,8 @@ def test_invalid_utf8_in_a_shot_receipt_reads_as_replacement_characters(rnd: Rou
 
     proposer = rnd.proposer_of("gen0-cand0")
     changed = changed_lines(rnd.before, after)
-    assert set(changed) == {proposer["rollout_id"]}
+    # Its sub-agent lines inherit the receipt's harness.
+    assert set(changed) == {proposer["rollout_id"]} | subagents_of(rnd, proposer)
     old, new = changed[proposer["rollout_id"]]
     assert new["policy"]["harness"] == f"claude-code{REPLACED}"
     old["policy"]["harness"] = f"claude-code{REPLACED}"
@@ -723,7 +735,8 @@ def assert_only_proposer_became_unreadable_gap(
 ) -> dict[str, Any]:
     """Only `proposer` changed: a gap naming `path` and `why`, not "no transcript matched" (its
     transcript may be the very file that could not be read), counted as a shot missed."""
-    changed = changed_lines(rnd.before, after)
+    # Its sub-agent lines come from the file it can no longer join.
+    changed = changed_lines(rnd.before, after, removed=subagents_of(rnd, proposer))
     assert set(changed) == {proposer["rollout_id"]}
     old, new = changed[proposer["rollout_id"]]
     assert old["messages"] != [] and new["messages"] == []
@@ -935,7 +948,8 @@ def test_infinity_in_a_shot_receipt_reads_like_an_unreadable_receipt(rnd: Round)
 
     proposer = rnd.proposer_of("gen0-cand1-atlas")
     changed = changed_lines(rnd.before, with_infinity)
-    assert set(changed) == {proposer["rollout_id"]}
+    # Its sub-agent lines inherit the receipt's harness and completion.
+    assert set(changed) == {proposer["rollout_id"]} | subagents_of(rnd, proposer)
     new = changed[proposer["rollout_id"]][1]
     assert new["policy"]["harness"] is None and new["outcome"]["metrics"]["exit_code"] is None
     assert new["cost"]["usd"] is None  # never Infinity, never 0
@@ -1536,7 +1550,7 @@ def test_a_fifo_read_as_an_unreadable_file_never_blocks(rnd: Round, what: str) -
         assert changed[supervisor["rollout_id"]][1]["outcome"]["verdict"] is None
     elif what == "claude transcript":  # an empty transcript: a labeled gap
         proposer = rnd.proposer_of("gen0-cand0")
-        changed = changed_lines(rnd.before, after)
+        changed = changed_lines(rnd.before, after, removed=subagents_of(rnd, proposer))
         assert set(changed) == {proposer["rollout_id"]}
         assert changed[proposer["rollout_id"]][1]["messages"] == []
         assert changed[proposer["rollout_id"]][1]["provenance"]["gap"]

@@ -265,15 +265,16 @@ def test_integrity_check_fails_on_a_line_breaking_the_schema(tmp_path: Path, lin
 
     outcome = audit_integrity(ledger)
 
-    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 93, 92, 1)
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 96, 95, 1)
     assert outcome.details == {
         "invalid_lines": 1,
         "unlabeled_gaps": 0,
         "duplicated_ids": 0,
         "orphan_parents": 0,
+        "transcripts_joined_twice": 0,
     }
     assert outcome.sample == [
-        f"{ledger}:93: role: Input should be 'agent', 'supervisor', 'worker', 'proposer', 'judge' or 'analyst'"
+        f"{ledger}:96: role: Input should be 'agent', 'supervisor', 'worker', 'proposer', 'judge' or 'analyst'"
     ]
 
 
@@ -293,12 +294,17 @@ def test_integrity_check_fails_on_an_empty_transcript_without_gap_reason(
         "unlabeled_gaps": 0,
         "duplicated_ids": 0,
         "orphan_parents": 0,
+        "transcripts_joined_twice": 0,
     }
     assert outcome.sample == [f"{ledger}:{index + 1}: {GAP_REQUIRED}"]
 
 
 def test_integrity_check_fails_on_a_duplicated_rollout_id(tmp_path: Path, lines: list[Line]) -> None:
     proposers = [line for line in lines if line["role"] == "proposer"]
+    # Its sub-agent lines follow it to its new id: only the id is doubled.
+    for line in lines:
+        if line["parent_rollout_id"] == proposers[1]["rollout_id"]:
+            line["parent_rollout_id"] = proposers[0]["rollout_id"]
     proposers[1]["rollout_id"] = proposers[0]["rollout_id"]
 
     outcome = audit_integrity(_ledger(tmp_path, lines))
@@ -309,6 +315,7 @@ def test_integrity_check_fails_on_a_duplicated_rollout_id(tmp_path: Path, lines:
         "unlabeled_gaps": 0,
         "duplicated_ids": 1,
         "orphan_parents": 0,
+        "transcripts_joined_twice": 0,
     }
     assert outcome.sample == [f"duplicated rollout_id {proposers[0]['rollout_id']}"]
 
@@ -327,6 +334,7 @@ def test_integrity_check_fails_on_a_parent_that_is_no_line(tmp_path: Path, lines
         "unlabeled_gaps": 0,
         "duplicated_ids": 0,
         "orphan_parents": 1,
+        "transcripts_joined_twice": 0,
     }
     assert outcome.sample == [f"{ledger}:{index + 1}: parent {nowhere} is no supervisor line"]
 
@@ -398,7 +406,7 @@ def test_integrity_check_reads_the_ledger_strictly(
     assert outcome.sample[0].startswith(f"{ledger}:{index + 1}: {why}")
     # A ledger the audit cannot read proves nothing to any check that counts its lines.
     assert not audit_supervisors(out_dir, ledger).passed
-    assert not audit_inputs_match(out_dir, ledger, demo.opencode_db).passed
+    assert not audit_inputs_match(out_dir, ledger, demo.opencode_db, demo.claude_projects_dir).passed
 
 
 def test_a_lone_surrogate_escape_the_writer_writes_reads_back(tmp_path: Path, lines: list[Line]) -> None:
@@ -430,9 +438,9 @@ def test_stats_check_fails_when_the_stats_do_not_reconcile(
 
     outcome = audit_stats(_ledger(tmp_path, lines), stats_path)
 
-    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 93, 94, 3)
+    assert (outcome.passed, outcome.expected, outcome.seen, outcome.missing) == (False, 96, 97, 3)
     assert outcome.sample == [
-        "lines: stats say 94, ledger holds 93",
+        "lines: stats say 97, ledger holds 96",
         "stats: Σ byRole != lines",
         "stats: fullTranscripts + gapLines != lines",
     ]
@@ -453,8 +461,8 @@ def test_stats_check_fails_when_a_role_count_is_wrong(
     workers = backfill[1]["byRole"]["worker"]
     assert outcome.sample == [
         (
-            f"byRole: stats say {{'supervisor': 30, 'worker': {workers - 1}, 'proposer': 5}}, "
-            f"ledger holds {{'supervisor': 30, 'worker': {workers}, 'proposer': 4}}"
+            f"byRole: stats say {{'agent': 3, 'supervisor': 30, 'worker': {workers - 1}, 'proposer': 5}}, "
+            f"ledger holds {{'supervisor': 30, 'worker': {workers}, 'proposer': 4, 'agent': 3}}"
         )
     ]
 

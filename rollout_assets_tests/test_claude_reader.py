@@ -612,3 +612,79 @@ def test_a_file_there_but_unreadable_is_an_empty_transcript_saying_why(tmp_path:
 def test_slug_turns_a_character_outside_the_bmp_into_two_dashes():
     # Claude Code replaces UTF-16 code units; an emoji is two of them.
     assert claude_project_slug("/w/a_😀b") == "-w-a---b"
+
+
+# ---------------------------------------------------------------------------
+# Sub-agent conversations: inline sidechains (1.0.x) and agent-*.jsonl files (newer versions)
+# ---------------------------------------------------------------------------
+
+
+def sidechain(kind: str, uuid: str, parent: str | None, *args: Any, **fields: Any) -> dict[str, Any]:
+    """A sidechain line as Claude Code writes it: `isSidechain: true`, linked by parentUuid."""
+    build = user_line if kind == "user" else assistant_line
+    return build(*args, isSidechain=True, uuid=uuid, parentUuid=parent, sessionId="s-1", **fields)
+
+
+def test_inline_sidechains_become_one_conversation_per_parent_uuid_chain(tmp_path: Path) -> None:
+    # Two Task sub-agents run in parallel: their lines interleave, each chain rooted at a line
+    # whose parentUuid is null (1.0.x). One message streamed over two block lines (partial usage).
+    transcript = parse(
+        tmp_path,
+        [
+            user_line("main task", timestamp=T0, uuid="m1", parentUuid=None, sessionId="s-1"),
+            sidechain("user", "a1", None, "task A", timestamp=T1),
+            sidechain("user", "b1", None, "task B", timestamp=T1),
+            sidechain("assistant", "a2", "a1", "msg_a", [text("A part 1")], usage=usage(10, 3)),
+            sidechain("assistant", "b2", "b1", "msg_b", [text("B answer")], usage=usage(20, 7)),
+            sidechain("assistant", "a3", "a2", "msg_a", [text("A part 2")], usage=usage(10, 40)),
+            assistant_line("msg_main", [text("main answer")], usage=usage(1, 1), uuid="m2", parentUuid="m1"),
+        ],
+    )
+
+    assert [t.agent_key for t in transcript.subagents] == ["a1", "b1"]
+    first, second = transcript.subagents
+    assert first.messages == [
+        {"role": "user", "content": "task A"},
+        {"role": "assistant", "content": "A part 1\nA part 2"},
+    ]
+    assert first.usage == ClaudeUsage(tokens_in=10, tokens_out=40, cache_read=0, cache_write=0)
+    assert second.usage == ClaudeUsage(tokens_in=20, tokens_out=7, cache_read=0, cache_write=0)
+    assert [m["content"] for m in transcript.messages] == ["main task", "main answer"]
+    assert transcript.usage == ClaudeUsage(tokens_in=1, tokens_out=1, cache_read=0, cache_write=0)
+    assert transcript.session_id == "s-1"
+
+
+def test_agent_files_beside_and_under_the_session_are_its_sub_agents(tmp_path: Path) -> None:
+    from rollout_assets.sources.claude import subagent_conversations
+
+    session = write_transcript(
+        tmp_path / "s-1.jsonl", [user_line("main", timestamp=T0, uuid="m1", sessionId="s-1")]
+    )
+    # Beside the session (2.0.x): every line a sidechain line with agentId and the session's id.
+    write_transcript(
+        tmp_path / "agent-aaa.jsonl",
+        [
+            sidechain("user", "x1", None, "beside task", agentId="aaa"),
+            sidechain("assistant", "x2", "x1", "msg_x", [text("done")], usage=usage(3, 4), agentId="aaa"),
+        ],
+    )
+    # Another session's agent file is not this one's.
+    other = sidechain("user", "y1", None, "other", agentId="bbb")
+    other["sessionId"] = "s-2"
+    write_transcript(tmp_path / "agent-bbb.jsonl", [other])
+    # In the session's own folder (2.1.x): <session id>/subagents/agent-<id>.jsonl.
+    (tmp_path / "s-1" / "subagents").mkdir(parents=True)
+    write_transcript(
+        tmp_path / "s-1" / "subagents" / "agent-ccc.jsonl",
+        [sidechain("user", "z1", None, "nested task", agentId="ccc")],
+    )
+    listed = [read_transcript(p) for p in sorted(tmp_path.glob("*.jsonl"))]
+    main = next(t for t in listed if t.path == session)
+
+    found = subagent_conversations(main, listed)
+
+    assert [(t.path.name, t.agent_key, t.messages[0]["content"]) for t in found] == [
+        ("agent-aaa.jsonl", "x1", "beside task"),
+        ("agent-ccc.jsonl", "z1", "nested task"),
+    ]
+    assert found[0].usage.tokens_out == 4

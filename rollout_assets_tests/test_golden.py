@@ -136,7 +136,7 @@ def test_the_golden_file_holds_no_machine_specific_path() -> None:
     text = GOLDEN_LEDGER.read_text(encoding="utf-8")
 
     assert "/tmp" not in text and "pytest-of-" not in text
-    assert text.count("\n") == 9
+    assert text.count("\n") == 10
 
 
 # ---------------------------------------------------------------------------
@@ -155,10 +155,12 @@ def test_lines_come_in_ledger_order(run: Backfilled) -> None:
         ("supervisor", "gen0-cand0", "django__django-11532"),
         ("worker", "gen0-cand0", "django__django-11532"),
         ("proposer", "gen0-cand0", "gen0-cand0"),
+        # The proposer's transcript holds one inline (isSidechain) sub-agent conversation.
+        ("agent", "gen0-cand0", "gen0-cand0"),
     ]
     assert [(line["generation"], line["candidate_index"]) for line in run.lines] == [(-1, -1)] * 4 + [
         (0, 0)
-    ] * 5
+    ] * 6
 
 
 def test_ids_are_the_uuid5_values_of_the_spec(run: Backfilled) -> None:
@@ -226,8 +228,10 @@ def test_gaps_only_on_supervisor_lines(run: Backfilled) -> None:
         SUPERVISOR_GAP,
         None,
         None,
+        None,
     ]
-    assert [len(line["messages"]) for line in run.lines] == [0, 3, 0, 3, 0, 3, 0, 3, 10]
+    # The sub-agent's 2 messages (its task, its answer) are no longer in the proposer's 10.
+    assert [len(line["messages"]) for line in run.lines] == [0, 3, 0, 3, 0, 3, 0, 3, 10, 2]
 
 
 def test_metrics_keys_per_role(run: Backfilled) -> None:
@@ -261,6 +265,7 @@ def test_metrics_keys_per_role(run: Backfilled) -> None:
             "max_shots",
             "prompt_sha256",
         ],
+        "agent": ["agent_key", "started_at", "ended_at"],
     }
 
 

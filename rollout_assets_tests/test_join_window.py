@@ -167,3 +167,49 @@ def test_receipt_times_are_read_as_date_parse_reads_them(tmp_path: Path) -> None
     outside = transcript_at(tmp_path, "outside", "2025-01-01T12:00:00.000Z")
 
     assert chosen([outside, inside], receipt) == "inside"
+
+
+# ---------------------------------------------------------------------------
+# One-to-one: a transcript joins at most one shot; the closest in time wins
+# ---------------------------------------------------------------------------
+
+
+def test_two_shots_whose_windows_cover_the_same_transcripts_take_one_each(tmp_path: Path) -> None:
+    from rollout_assets.backfill.join import assign_transcripts
+
+    # Shot 1 ran 10:00-10:30, shot 2 10:31-10:50: both windows (±120 s) cover both files.
+    early = transcript_at(tmp_path, "a-early", "2025-01-01T10:30:30.000Z")
+    late = transcript_at(tmp_path, "b-late", "2025-01-01T10:31:10.000Z")
+    shot1 = {"startedAt": "2025-01-01T10:29:00.000Z", "completedAt": "2025-01-01T10:30:50.000Z"}
+    shot2 = {"startedAt": "2025-01-01T10:31:00.000Z", "completedAt": "2025-01-01T10:50:00.000Z"}
+
+    # Both files are in both windows: each shot takes one, its closest (90 s, 10 s).
+    assert chosen([early, late], shot2) == "b-late"
+    chosen_pair = assign_transcripts([early, late], [shot1, shot2])
+
+    assert [t.path.stem if t else None for t in chosen_pair] == ["a-early", "b-late"]
+
+
+def test_the_shot_that_loses_its_closest_transcript_takes_its_next_candidate(tmp_path: Path) -> None:
+    from rollout_assets.backfill.join import assign_transcripts
+
+    near = transcript_at(tmp_path, "a-near", "2025-01-01T10:00:05.000Z")
+    far = transcript_at(tmp_path, "b-far", "2025-01-01T10:01:30.000Z")
+    # Both shots' closest is a-near; shot 2 is closer to it (5 s vs 60 s) and wins it.
+    shot1 = {"startedAt": "2025-01-01T09:59:05.000Z", "completedAt": "2025-01-01T10:05:00.000Z"}
+    shot2 = {"startedAt": "2025-01-01T10:00:00.000Z", "completedAt": "2025-01-01T10:05:00.000Z"}
+    assert chosen([near, far], shot1) == "a-near"
+
+    pair = assign_transcripts([near, far], [shot1, shot2])
+
+    assert [t.path.stem if t else None for t in pair] == ["b-far", "a-near"]
+
+
+def test_a_shot_left_without_a_free_transcript_is_unjoined(tmp_path: Path) -> None:
+    from rollout_assets.backfill.join import assign_transcripts
+
+    only = transcript_at(tmp_path, "only", "2025-01-01T10:00:05.000Z")
+
+    pair = assign_transcripts([only], [RECEIPT, RECEIPT])
+
+    assert [t.path.stem if t else None for t in pair] == ["only", None]

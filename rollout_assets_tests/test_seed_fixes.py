@@ -129,7 +129,8 @@ def test_an_empty_joined_transcript_leaves_the_rest_of_the_round_written(
 
     assert write_ledger(ledger, run.lines) == len(run.lines)
     assert list(read_ledger_dicts(ledger)) == run.lines
-    assert run.stats.to_json()["byRole"] == {"supervisor": 6, "worker": 6, "proposer": 2}
+    # The joined non-empty transcript holds one inline sub-agent conversation.
+    assert run.stats.to_json()["byRole"] == {"agent": 1, "supervisor": 6, "worker": 6, "proposer": 2}
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from rollout_assets.audit.cells import CellsRecount, recount_cells, resolved_fra
 from rollout_assets.audit.folders import UnreadableRound
 from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
 from rollout_assets.audit.stores import StoreReading, read_store
+from rollout_assets.audit.subagents import assign_joins, subagent_conversations
 from rollout_assets.audit.strict_json import input_json
 from rollout_assets.audit.wording import generation_and_index, rollout_id, unreadable_transcripts_gap
 from rollout_assets.io import read_regular_file
@@ -25,6 +26,7 @@ NO_SESSION = 2  # a worker cwd without a session in a readable store: its "no se
 SESSION = 3  # a session: its transcript, or its "no readable message parts" gap (parts are not read here)
 NO_TRANSCRIPT = 4  # a shot whose worktree has no transcript file: its "no transcript matched" gap
 TRANSCRIPT = 5  # a shot with transcript files (not read here): joined, or either proposer gap
+SUBAGENT = 6  # a sub-agent conversation the audit counted: its transcript, never a gap
 
 
 class ExpectedLine(NamedTuple):
@@ -46,6 +48,8 @@ class ExpectedLine(NamedTuple):
         kind, *names = self.parts
         if kind == "proposer":
             return f"proposer {names[0]}"
+        if kind == "agent":
+            return f"sub-agent conversation {names[2]} of {names[1]} (proposer {names[0]})"
         *worker, candidate, scenario, rep = names
         supervisor = f"supervisor {candidate}/{scenario}/rep{rep}"
         return f"worker {worker[0]} session {worker[1]} of {supervisor}" if kind == "worker" else supervisor
@@ -110,7 +114,7 @@ def recount_inputs(
         store=store,
     )
     if opencode_db is not None:
-        worktrees = proposer_worktrees(out_dir, receipts, claude_projects)
+        worktrees = assign_joins(out_dir, proposer_worktrees(out_dir, receipts, claude_projects))
         recount.expected = _cell_lines(recount, cells) + _proposer_lines(recount, cells, worktrees)
     return recount
 
@@ -133,7 +137,9 @@ def _run_id(out_dir: Path) -> str:
 # Every line of the round, in ledger order, named by its id (docs/line-format.md, Ids): each
 # cell's supervisor, then one worker line per session of each of its cwds (one gap line for a
 # cwd without a session), cell after cell (`_cell_lines`); then one proposer line per receipt,
-# by path (`_proposer_lines`). Each with its parent and what its gap may be.
+# by path, each followed by one `agent` line per sub-agent conversation of the transcript the
+# audit's own one-to-one join gives it (`_proposer_lines`). Each with its parent and what its
+# gap may be.
 
 
 def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> list[ExpectedLine]:
@@ -180,7 +186,11 @@ def _proposer_lines(
         gap: Any = NO_TRANSCRIPT if transcripts == () else TRANSCRIPT
         if unreadable_folder is not None:
             gap = unreadable_transcripts_gap(worktree, *unreadable_folder)
-        lines.append(
-            ExpectedLine(proposer, fractions.get(receipt.candidate_id), coordinates, parts, None, gap)
-        )
+        reward = fractions.get(receipt.candidate_id)
+        lines.append(ExpectedLine(proposer, reward, coordinates, parts, None, gap))
+        if shot.joined is not None and unreadable_folder is None:
+            for conversation in subagent_conversations(shot.joined, transcripts or ()):
+                agent = rollout_id(f"{proposer}|agent|{conversation.in_project}|{conversation.key}")
+                agent_parts = ("agent", receipt.relative_path, conversation.file, conversation.key)
+                lines.append(ExpectedLine(agent, reward, coordinates, agent_parts, proposer, SUBAGENT))
     return lines

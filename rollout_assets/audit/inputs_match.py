@@ -13,6 +13,7 @@ from rollout_assets.audit.inputs import (
     NO_TRANSCRIPT,
     SESSION,
     STORE_UNAVAILABLE,
+    SUBAGENT,
     ExpectedLine,
     InputsRecount,
 )
@@ -76,11 +77,20 @@ class _Faults:
             self.samples[kind].append(f"{self.path}:{seen.lineno}: {_FAULT_WORDS[kind](seen, line, why)}")
 
 
-def _line_faults(expected: list[ExpectedLine], ledger: LedgerRecount) -> _Faults:
+def _judged(inputs: InputsRecount, ledger: LedgerRecount) -> list[SeenLine]:
+    """The ledger's lines the inputs can name: all of them, but for the sub-agent (`agent`)
+    lines when the recount was taken without the Claude projects folder (only its transcripts
+    name them; the checks run with it)."""
+    if inputs.claude_projects is not None:
+        return ledger.sequence
+    return [seen for seen in ledger.sequence if seen.role != "agent"]
+
+
+def _line_faults(expected: list[ExpectedLine], ledger: LedgerRecount, sequence: list[SeenLine]) -> _Faults:
     """What is wrong with each ledger line the inputs name, against what they say of it."""
     expected_by_id = {line.rollout_id: line for line in expected}
     faults = _Faults(ledger.path)
-    for seen in ledger.sequence:
+    for seen in sequence:
         line = expected_by_id.get(seen.rollout_id)
         if line is None:
             continue
@@ -89,7 +99,8 @@ def _line_faults(expected: list[ExpectedLine], ledger: LedgerRecount) -> _Faults
         # `==` on tuples: 1 == 1.0 would pass a float generation, but the schema refuses one first.
         if seen.coordinates != line.coordinates:
             faults.add("coordinates", seen, line)
-        # docs/line-format.md: a worker's parent is its supervisor; a supervisor's and a proposer's is null.
+        # docs/line-format.md: a worker's parent is its supervisor, a sub-agent's (`agent`) its proposer;
+        # a supervisor's and a proposer's is null.
         if seen.role != line.parts[0] or seen.parent != line.parent:
             faults.add("roles_or_parents", seen, line)
         gap_problem = _gap_problem(seen, line)
@@ -98,18 +109,20 @@ def _line_faults(expected: list[ExpectedLine], ledger: LedgerRecount) -> _Faults
     return faults
 
 
-def _first_out_of_place(expected: list[ExpectedLine], ledger: LedgerRecount) -> tuple[int, list[str]]:
+def _first_out_of_place(
+    expected: list[ExpectedLine], ledger: LedgerRecount, sequence: list[SeenLine]
+) -> tuple[int, list[str]]:
     """(the number of the first line that is not the expected one, 0 when all are; its
     problem). Past the ledger's last line, the number of the line after it."""
     expected_ids = [line.rollout_id for line in expected]
-    seen_ids = [line.rollout_id for line in ledger.sequence]
+    seen_ids = [line.rollout_id for line in sequence]
     if seen_ids == expected_ids:
         return 0, []
     index = next(
         (i for i, (seen, wanted) in enumerate(zip(seen_ids, expected_ids, strict=False)) if seen != wanted),
         min(len(seen_ids), len(expected_ids)),
     )
-    lineno = ledger.sequence[index].lineno if index < len(ledger.sequence) else ledger.lines + 1
+    lineno = sequence[index].lineno if index < len(sequence) else ledger.lines + 1
     wanted = expected[index].what if index < len(expected_ids) else "the end of the ledger"
     found = seen_ids[index] if index < len(seen_ids) else "the end of the ledger"
     return lineno, [f"{ledger.path}:{lineno}: expected {wanted}, found {found}"]
@@ -129,8 +142,9 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
     if inputs.expected is None:
         raise ValueError("the inputs were recounted without the opencode store: worker lines cannot be named")
     foreign = {run_id: n for run_id, n in ledger.run_ids.items() if run_id != inputs.run_id}
-    out_of_place, order_problem = _first_out_of_place(inputs.expected, ledger)
-    faults = _line_faults(inputs.expected, ledger)
+    sequence = _judged(inputs, ledger)
+    out_of_place, order_problem = _first_out_of_place(inputs.expected, ledger, sequence)
+    faults = _line_faults(inputs.expected, ledger, sequence)
     problems = [
         f"{n} line(s) of run_id {run_id!r}, not this round's {inputs.run_id!r}"
         for run_id, n in foreign.items()
@@ -141,7 +155,7 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
     problems += ledger.reward_source_problems
     wrong = sum(faults.counts.values()) + ledger.wrong_reward_sources
     expected_ids = [line.rollout_id for line in inputs.expected]
-    seen_ids = [line.rollout_id for line in ledger.sequence]
+    seen_ids = [line.rollout_id for line in sequence]
     return AuditResult(
         passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or wrong),
         expected=len(expected_ids),
@@ -177,6 +191,10 @@ def _gap_problem(seen: SeenLine, expected: ExpectedLine) -> str | None:
         required = no_session_gap(names[0])
     elif rule == NO_TRANSCRIPT:
         required = no_transcript_gap(names[1])
+    elif rule == SUBAGENT:
+        if seen.has_messages and seen.gap is None:
+            return None
+        return f"gap {seen.gap!r}, but {expected.what} holds conversation messages: the line must carry them"
     else:
         if seen.has_messages:
             return None if seen.gap is None else f"gap {seen.gap!r} beside its transcript"

@@ -102,6 +102,11 @@ class LedgerRecount:
     rollout_ids: Counter[str] = field(default_factory=Counter)
     supervisor_ids: set[str] = field(default_factory=set)
     parents: list[tuple[int, str]] = field(default_factory=list)
+    # sub-agent (`agent`) lines: (lineno, parent); their parent must be a proposer line
+    proposer_ids: set[str] = field(default_factory=set)
+    agent_parents: list[tuple[int, Any]] = field(default_factory=list)
+    # transcript_ref -> the proposer lines joined to it: one-to-one, so never more than one
+    joined_transcripts: Counter[str] = field(default_factory=Counter)
     # against the inputs: every valid line, in order, as a `SeenLine`
     sequence: list[SeenLine] = field(default_factory=list)
     # for the gap proofs, what they read beyond a SeenLine: (lineno, worker_cwd, transcript_ref)
@@ -135,6 +140,12 @@ class LedgerRecount:
                 ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
             )
             name = f"{value['parent_rollout_id']}|{value['outcome']['metrics'].get('worker_cwd')}|{session}"
+        elif role == "agent":
+            ref, metrics = value["artifacts"]["transcript_ref"], value["outcome"]["metrics"]
+            path = Path(ref) if isinstance(ref, str) else Path()
+            beside = path.name if path.parent.name != "subagents" else f"{path.parent.parent.name}/subagents/{path.name}"
+            key = metrics.get("agent_key") if isinstance(metrics, dict) else None
+            name = f"{value['parent_rollout_id']}|agent|{beside}|{key}"
         else:
             return  # a proposer's id names its receipt's path, which the line does not hold
         if rollout_id(name) != value["rollout_id"]:
@@ -194,10 +205,11 @@ class LedgerRecount:
     def _check_reward_source(self, role: str, outcome: dict[str, Any], where: str) -> None:
         """docs/line-format.md: a line's reward_source names where its reward comes from, by role, and
         is null exactly when the reward is."""
-        if role not in REWARD_SOURCES:
+        sources = {**REWARD_SOURCES, "agent": f"{REWARD_SOURCES['proposer']}/inherited"}
+        if role not in sources:
             return  # no line of a round has another role: the order check names the line
         reward, source = outcome["reward"], outcome["reward_source"]
-        expected = None if reward is None else REWARD_SOURCES[role]
+        expected = None if reward is None else sources[role]
         if source != expected:
             self.wrong_reward_sources += 1
             if len(self.reward_source_problems) < SAMPLE_SIZE:
@@ -220,8 +232,17 @@ class LedgerRecount:
         if role == "supervisor":
             self.supervisor_ids.add(value["rollout_id"])
         parent = value["parent_rollout_id"]
-        if parent is not None:
+        if role == "agent":
+            # A sub-agent's parent is a proposer line (docs/line-format.md): checked apart.
+            self.agent_parents.append((lineno, parent))
+        elif parent is not None:
             self.parents.append((lineno, parent))
+        if role == "proposer":
+            self.proposer_ids.add(value["rollout_id"])
+            ref = value["artifacts"]["transcript_ref"]
+            # A joined shot names its transcript file (a gap shot its receipt): one file, one shot.
+            if isinstance(ref, str) and ref.endswith(".jsonl"):
+                self.joined_transcripts[ref] += 1
         task = value["task"]
         coordinates = (
             value["candidate_id"],

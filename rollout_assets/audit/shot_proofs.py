@@ -106,6 +106,8 @@ class ShotProofs:
         if gap != no_transcript_gap(shot.worktree):
             return f"the gap does not name the shot's worktree {shot.worktree}"
         evidence = self.evidence(shot)
+        if shot.assigned and shot.joined is None:
+            return None  # every file that qualifies is joined to a shot closer to it in time
         if evidence.qualifying:
             path, start = evidence.qualifying[0]
             more = len(evidence.qualifying) - 1
@@ -123,6 +125,12 @@ class ShotProofs:
             return f"{path} is no transcript file of the worktree's project folders ({folders})"
         evidence = self.evidence(shot)
         if any(path == qualifying for qualifying, _ in evidence.qualifying):
+            if shot.assigned and shot.joined != path:
+                # docs/input-formats.md §6: one-to-one, the closest in time first.
+                return (
+                    f"by the one-to-one join the shot takes {shot.joined or 'no transcript'}, not {path}"
+                    " (a transcript joins at most one shot, the closest in time)"
+                )
             return None
         if evidence.unsettled is not None:
             return f"the audit cannot show that {path} qualifies: {evidence.unsettled}"

@@ -50,6 +50,10 @@ class ProposerWorktree(NamedTuple):
     # (folder, why) of the first of its project folders that is there but cannot be listed
     unreadable_folder: tuple[str, str] | None = None
     folders: tuple[str, ...] = ()  # its project folders, there or not
+    # The audit's own one-to-one join (audit/subagents.py, `assign_joins`): `assigned` when it
+    # could settle which file the shot joins, `joined` that file (None: none is left for it).
+    assigned: bool = False
+    joined: str | None = None
 
 
 def _claude_folder_name(cwd: str) -> str:

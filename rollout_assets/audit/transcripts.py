@@ -56,7 +56,7 @@ def read_transcript(path: str, *, to_the_end: bool) -> TranscriptReading:
                     start = entry["timestamp"]
                     if not to_the_end:
                         return TranscriptReading(True, start, None)
-                conversation = conversation or _is_conversation(entry)
+                conversation = conversation or is_conversation(entry)
     except OSError as error:
         why = None if _no_regular_file(path) else cannot_read(error)
         return NOT_A_TRANSCRIPT if why is None else TranscriptReading(False, None, None, why)
@@ -86,7 +86,7 @@ def _main_chain_entry(raw: bytes) -> dict[str, Any] | None:
     return entry
 
 
-def _is_conversation(entry: dict[str, Any]) -> bool:
+def is_conversation(entry: dict[str, Any]) -> bool:
     """docs/input-formats.md §5: a user line is a message when its content is a string, holds a
     tool_result with a tool_use_id, or a non-empty text block; an assistant line when a block is
     non-empty thinking, non-empty text, or a tool_use with an id."""

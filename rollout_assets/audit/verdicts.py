@@ -65,17 +65,30 @@ def proposers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResu
 
 
 def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
-    """Every line validates, every empty transcript carries a gap, ids are unique, parents exist."""
+    """Every line validates, every empty transcript carries a gap, ids are unique, parents exist
+    (a worker's is a supervisor line, a sub-agent's a proposer line), and no transcript file is
+    joined to two proposer lines (the join is one-to-one)."""
     duplicated = [rollout_id for rollout_id, n in ledger.rollout_ids.items() if n > 1]
     orphans = [(lineno, parent) for lineno, parent in ledger.parents if parent not in ledger.supervisor_ids]
+    agent_orphans = [(n, parent) for n, parent in ledger.agent_parents if parent not in ledger.proposer_ids]
+    joined_twice = sorted(ref for ref, n in ledger.joined_transcripts.items() if n > 1)
     problems = list(ledger.line_problems)
     problems += [f"duplicated rollout_id {rollout_id}" for rollout_id in duplicated[:SAMPLE_SIZE]]
     problems += [
         f"{ledger.path}:{lineno}: parent {parent} is no supervisor line"
         for lineno, parent in orphans[:SAMPLE_SIZE]
     ]
+    problems += [
+        f"{ledger.path}:{lineno}: the sub-agent line's parent {parent} is no proposer line"
+        for lineno, parent in agent_orphans[:SAMPLE_SIZE]
+    ]
+    problems += [
+        f"transcript {ref} is joined to {ledger.joined_transcripts[ref]} proposer lines; a transcript joins one shot"
+        for ref in joined_twice[:SAMPLE_SIZE]
+    ]
+    orphans += agent_orphans
     return AuditResult(
-        passed=not (ledger.invalid_lines or ledger.unlabeled_gaps or duplicated or orphans),
+        passed=not (ledger.invalid_lines or ledger.unlabeled_gaps or duplicated or orphans or joined_twice),
         expected=ledger.lines,
         seen=ledger.lines - ledger.invalid_lines,
         missing=ledger.invalid_lines + ledger.unlabeled_gaps,
@@ -85,6 +98,7 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
             "unlabeled_gaps": ledger.unlabeled_gaps,
             "duplicated_ids": len(duplicated),
             "orphan_parents": len(orphans),
+            "transcripts_joined_twice": len(joined_twice),
         },
     )
 

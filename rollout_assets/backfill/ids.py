@@ -33,3 +33,10 @@ def worker_rollout_id(supervisor_id: str, worker_cwd: str, session_id: str | Non
 
 def proposer_rollout_id(run_id: str, receipt_relative_path: str) -> str:
     return _rollout_id(f"{run_id}|proposer|{receipt_relative_path}")
+
+
+def subagent_rollout_id(proposer_id: str, transcript_file: str, agent_key: str) -> str:
+    """A sub-agent conversation of a proposer's transcript: named by the proposer line's id, the
+    file its lines are in (its name in the project folder: `S.jsonl`, `agent-A.jsonl` or
+    `S/subagents/agent-A.jsonl`) and the `uuid` of the line that starts it."""
+    return _rollout_id(f"{proposer_id}|agent|{transcript_file}|{agent_key}")

@@ -3,7 +3,8 @@
 Owns the order of lines and which source record each line comes from (the seed's JOIN):
 manifest entries in order (baseline, then generation, candidate); within an entry, cells by
 (scenarioId, rep), each supervisor line directly followed by its worker lines; then all
-proposer lines by receipt path. Lines are produced as a stream and the stats are counted as
+proposer lines by receipt path, each directly followed by the `agent` lines of its transcript's
+sub-agent conversations. Lines are produced as a stream and the stats are counted as
 they pass, so a huge round is never held in memory.
 
 The join is split into stages (cell rows, worker lines of a batch of cells, proposer lines)
@@ -21,10 +22,15 @@ from pathlib import Path
 from typing import Any, Self
 
 from rollout_assets.backfill.jsdate import js_date_parse_ms
-from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line
+from rollout_assets.backfill.lines import LineContext, proposer_line, subagent_line, supervisor_line
 from rollout_assets.backfill.worker_line import worker_line
 from rollout_assets.backfill.stats import BackfillStats
-from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
+from rollout_assets.sources.claude import (
+    ClaudeTranscript,
+    read_transcript,
+    subagent_conversations,
+    transcript_files,
+)
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
 from rollout_assets.sources.opencode_store import last_problem
 from rollout_assets.sources.round import (
@@ -120,16 +126,37 @@ def _worker_lines(
 def proposer_lines(
     manifest: RoundManifest, context: LineContext, claude_projects_dir: str | os.PathLike[str]
 ) -> Iterator[dict[str, Any]]:
-    """Stage 3: one line per shot receipt, joined to its Claude transcript by time window."""
+    """Stage 3: one line per shot receipt, joined to its Claude transcript by time window, each
+    followed by one line per sub-agent conversation of that transcript (`subagent_line`).
+
+    The join is one-to-one within a worktree (`assign_transcripts`): the shots of one worktree
+    are read together (receipts come in path order, which keeps them together)."""
     transcripts = _WorktreeTranscripts(Path(os.path.abspath(claude_projects_dir)))
-    for shot in list_shot_receipts(manifest.out_dir):
-        receipt = read_shot_receipt(shot)
-        entry = manifest.entry_for(shot.generation, shot.candidate_index)
-        candidates = transcripts.candidates(manifest.out_dir, shot)
+    for worktree_shots in _by_worktree(manifest, list_shot_receipts(manifest.out_dir)):
+        receipts = [read_shot_receipt(shot) for shot in worktree_shots]
+        candidates = transcripts.candidates(manifest.out_dir, worktree_shots[0])
         unreadable = transcripts.unreadable
-        # With a candidate unread, the window cannot be judged: the shot is a gap saying so.
-        transcript = None if unreadable is not None else choose_transcript(candidates, receipt)
-        yield proposer_line(context, str(manifest.out_dir), shot, receipt, entry, transcript, unreadable)
+        # With a candidate unread, the window cannot be judged: the shots are gaps saying so.
+        chosen = [None] * len(receipts) if unreadable is not None else assign_transcripts(candidates, receipts)
+        for shot, receipt, transcript in zip(worktree_shots, receipts, chosen, strict=True):
+            entry = manifest.entry_for(shot.generation, shot.candidate_index)
+            line = proposer_line(context, str(manifest.out_dir), shot, receipt, entry, transcript, unreadable)
+            yield line
+            if transcript is not None:
+                for conversation in subagent_conversations(transcript, transcripts.listed):
+                    yield subagent_line(context, line, conversation)
+
+
+def _by_worktree(manifest: RoundManifest, shots: Iterable[ShotReceiptFile]) -> Iterator[list[ShotReceiptFile]]:
+    """Consecutive shots of one worktree, together."""
+    group: list[ShotReceiptFile] = []
+    for shot in shots:
+        if group and shot.worktree_cwd(manifest.out_dir) != group[0].worktree_cwd(manifest.out_dir):
+            yield group
+            group = []
+        group.append(shot)
+    if group:
+        yield group
 
 
 def line_context(manifest: RoundManifest, captured_at: str | None = None) -> LineContext:
@@ -221,16 +248,22 @@ class _WorktreeTranscripts:
         # is not a proposer session: it counts neither for the window nor for "the only one".
         return [t for t in self._transcripts if t.main_thread_lines > 0]
 
+    @property
+    def listed(self) -> list[ClaudeTranscript]:
+        """Every transcript file of the current worktree, agent files included."""
+        return self._transcripts
 
-def choose_transcript(
+
+def _windowed(
     candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None
-) -> ClaudeTranscript | None:
-    """The transcript of a shot (docs/input-formats.md §6), or None when none matches."""
+) -> list[tuple[float, int]]:
+    """(distance of its start from the shot's start, its index) of each candidate in the shot's
+    window (docs/input-formats.md §6); distance 0 when either time is not read."""
     receipt = receipt or {}
     started = js_date_parse_ms(receipt.get("startedAt"))
     completed = js_date_parse_ms(receipt.get("completedAt"))
-    windowed: list[tuple[ClaudeTranscript, float | None]] = []
-    for transcript in candidates:
+    windowed: list[tuple[float, int]] = []
+    for index, transcript in enumerate(candidates):
         if transcript.started_at is None:
             continue
         start = js_date_parse_ms(transcript.started_at)
@@ -241,13 +274,35 @@ def choose_transcript(
                 start is not None and started - WINDOW_SLACK_MS <= start <= completed + WINDOW_SLACK_MS
             )
         if in_window:
-            windowed.append((transcript, start))
-    if not windowed:
-        return None
+            distance = 0.0 if start is None or started is None else abs(start - started)
+            windowed.append((distance, index))
+    return windowed
 
-    def distance(item: tuple[ClaudeTranscript, float | None]) -> float:
-        start = item[1]
-        return 0.0 if start is None or started is None else abs(start - started)
 
-    # Stable sort: on a tie the first candidate in file-name order wins.
-    return min(windowed, key=distance)[0]
+def choose_transcript(
+    candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None
+) -> ClaudeTranscript | None:
+    """The transcript of a shot alone (docs/input-formats.md §6), or None when none matches."""
+    return assign_transcripts(candidates, [receipt])[0]
+
+
+def assign_transcripts(
+    candidates: list[ClaudeTranscript], receipts: list[dict[str, Any] | None]
+) -> list[ClaudeTranscript | None]:
+    """The transcript of each shot of one worktree, one-to-one: a transcript joins at most one
+    shot. Every (shot, transcript in its window) pair is taken closest in time first (ties: the
+    earlier shot in receipt order, then the first candidate in file-name order); a pair whose
+    shot or transcript is taken already is passed over, so the shot that lost a transcript gets
+    its next closest one, or none."""
+    pairs = sorted(
+        (distance, shot, index)
+        for shot, receipt in enumerate(receipts)
+        for distance, index in _windowed(candidates, receipt)
+    )
+    chosen: list[ClaudeTranscript | None] = [None] * len(receipts)
+    taken: set[int] = set()
+    for _, shot, index in pairs:
+        if chosen[shot] is None and index not in taken:
+            chosen[shot] = candidates[index]
+            taken.add(index)
+    return chosen

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout_assets.backfill import gaps
-from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id
+from rollout_assets.backfill.ids import proposer_rollout_id, subagent_rollout_id, supervisor_rollout_id
 from rollout_assets.ledger import ROLLOUT_SCHEMA
 from rollout_assets.sources.claude import ClaudeTranscript, ClaudeUsage
 from rollout_assets.io import (
@@ -315,6 +315,60 @@ def proposer_line(
             "transcript_ref": str(transcript.path) if transcript is not None else shot.path,
         },
         gap=_proposer_gap(worktree_cwd, transcript, unreadable),
+    )
+
+
+def subagent_line(ctx: LineContext, proposer: dict[str, Any], conversation: ClaudeTranscript) -> dict[str, Any]:
+    """One sub-agent conversation (a Task-tool invocation) of a proposer's transcript: role
+    `agent`, its parent the proposer line, its own transcript, model and usage; its task,
+    candidate and reward are the proposer's (the reward labeled inherited), its completion the
+    shot's. Placed right after its proposer line."""
+    assert conversation.agent_key is not None
+    transcript_file = str(conversation.path)
+    # Named in the id by where it is beside its session, not by the projects folder's path.
+    path = conversation.path
+    in_project = path.name if path.parent.name != "subagents" else f"{path.parent.parent.name}/subagents/{path.name}"
+    outcome = proposer["outcome"]
+    reward = outcome["reward"]
+    policy = proposer["policy"]
+    return line_dict(
+        ctx,
+        rollout_id=subagent_rollout_id(proposer["rollout_id"], in_project, conversation.agent_key),
+        parent_rollout_id=proposer["rollout_id"],
+        generation=proposer["generation"],
+        candidate_index=proposer["candidate_index"],
+        role="agent",
+        task=dict(proposer["task"]),
+        policy=policy_dict(policy["harness"], conversation.model, None, policy["profile_commit"]),
+        messages=conversation.messages,
+        outcome={
+            "reward": reward,
+            "reward_source": None if reward is None else f"{outcome['reward_source']}/inherited",
+            "verdict": None,
+            "metrics": {
+                "agent_key": conversation.agent_key,
+                "started_at": conversation.started_at,
+                "ended_at": conversation.ended_at,
+            },
+            "is_completed": outcome["is_completed"],
+            "is_truncated": outcome["is_truncated"],
+            "error": None,
+        },
+        cost={
+            "usd": None,  # the receipt's cost is the whole shot's, on the proposer line
+            "tokens_in": finite_or_none(conversation.usage.tokens_in),
+            "tokens_out": finite_or_none(conversation.usage.tokens_out),
+            "tokens_reasoning": None,
+            "cache_read": finite_or_none(conversation.usage.cache_read),
+            "cache_write": finite_or_none(conversation.usage.cache_write),
+            "wall_s": None,
+        },
+        artifacts={
+            "patch_path": proposer["artifacts"]["patch_path"],
+            "run_dir": proposer["artifacts"]["run_dir"],
+            "transcript_ref": transcript_file,
+        },
+        gap=None,
     )
 
 

@@ -5,7 +5,12 @@ chat messages, token usage, start/end times and the model. Does not own: which t
 shot joins to (the join's time window), nor any ledger line.
 
 A transcript file is read once, as a stream of lines. Blank and malformed lines are skipped;
-sub-agent (`isSidechain`) lines are separate invocations and are left out of the main thread.
+sub-agent (`isSidechain: true`) lines are separate invocations: they are left out of the main
+thread and parsed as sub-agent conversations of their own (`ClaudeTranscript.subagents`), one per
+chain of `parentUuid` links. A sidechain line whose `parentUuid` names no sidechain line read
+before it starts a conversation; the others continue their parent's. Claude Code 1.0.x writes
+them inline in the session file; newer versions in `agent-*.jsonl` files, beside the session file
+(the lines carry its `sessionId`) or in its `<session id>/subagents/` folder (`session_agent_files`).
 """
 
 from __future__ import annotations
@@ -142,6 +147,12 @@ class ClaudeTranscript:
     main_thread_lines: int = 0
     # Why the file, which is there, could not be read; None when it was (or is no file).
     unreadable: str | None = None
+    # The sub-agent conversations of the file's sidechain lines, in the order they start; each
+    # with its `agent_key`: the `uuid` of the line that starts it.
+    subagents: list[ClaudeTranscript] = field(default_factory=list)
+    agent_key: str | None = None
+    # The first string `sessionId` of its lines: which session an `agent-*.jsonl` file belongs to.
+    session_id: str | None = None
 
 
 def unreadable_folder_reason(path: str | os.PathLike[str]) -> str | None:
@@ -176,6 +187,36 @@ def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
     return transcript
 
 
+def session_agent_files(session: ClaudeTranscript, listed: list[ClaudeTranscript]) -> list[Path]:
+    """The `agent-*.jsonl` files of a session file, in this order: those of its own folder among
+    `listed` whose lines name its session (by file name order), then those of its
+    `<session id>/subagents/` folder (sorted by name). A folder that is not there holds none."""
+    session_id = session.path.stem
+    beside = [
+        t.path
+        for t in listed
+        if t.path.name.startswith("agent-") and t.main_thread_lines == 0 and t.session_id == session_id
+    ]
+    folder = session.path.parent / session_id / "subagents"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("agent-") and n.endswith(".jsonl"))
+    except OSError:
+        names = []
+    return beside + [folder / name for name in names]
+
+
+def subagent_conversations(session: ClaudeTranscript, listed: list[ClaudeTranscript]) -> list[ClaudeTranscript]:
+    """Every sub-agent conversation of a session: its inline sidechains, then those of its agent
+    files (`session_agent_files`); only those holding a conversation message (one with none is
+    no model call the ledger could show)."""
+    found = list(session.subagents)
+    by_path = {t.path: t for t in listed}
+    for path in session_agent_files(session, listed):
+        agent_file = by_path.get(path) or read_transcript(path)
+        found.extend(agent_file.subagents)
+    return [t for t in found if t.messages]
+
+
 class _TranscriptParser:
     """Line-by-line state: merges the block lines of one API message into one assistant turn."""
 
@@ -190,6 +231,9 @@ class _TranscriptParser:
         # count). The last usage of each id is kept, in the order the ids first appear; a line
         # without an id is a message of its own.
         self.final_usage: dict[str | int, dict[str, Any]] = {}
+        # Sidechain line uuid -> the parser of the sub-agent conversation it belongs to.
+        self.sidechains: dict[str, _TranscriptParser] = {}
+        self.conversations: list[_TranscriptParser] = []
 
     def feed(self, raw_line: bytes) -> None:
         line = raw_line.decode("utf-8", errors="replace")
@@ -199,9 +243,33 @@ class _TranscriptParser:
             entry = parse_json(line, max_nesting=None)  # its values reach a line as text only
         except NotJson:
             return
-        if not is_record(entry) or entry.get("type") not in ("user", "assistant"):
+        if not is_record(entry):
             return
+        if self.transcript.session_id is None and isinstance(entry.get("sessionId"), str):
+            self.transcript.session_id = entry["sessionId"]
         if entry.get("isSidechain") is True:
+            self._sidechain(entry)
+            return
+        self.entry(entry)
+
+    def _sidechain(self, entry: dict[str, Any]) -> None:
+        """Route a sidechain line to its conversation: its parent's, or a new one it starts."""
+        parent = entry.get("parentUuid")
+        own = entry.get("uuid")
+        conversation = self.sidechains.get(parent) if isinstance(parent, str) else None
+        if conversation is None:
+            key = own if isinstance(own, str) else f"line-{len(self.transcript.subagents) + 1}"
+            sub = ClaudeTranscript(path=self.transcript.path, agent_key=key, session_id=self.transcript.session_id)
+            self.transcript.subagents.append(sub)
+            conversation = _TranscriptParser(sub)
+            self.conversations.append(conversation)
+        if isinstance(own, str):
+            self.sidechains[own] = conversation
+        conversation.entry(entry)
+
+    def entry(self, entry: dict[str, Any]) -> None:
+        """One conversation line of this thread."""
+        if entry.get("type") not in ("user", "assistant"):
             return
         message = entry.get("message")
         if not is_record(message):
@@ -222,6 +290,8 @@ class _TranscriptParser:
         """Sum the final usage of every API message read (after the last line)."""
         for usage in self.final_usage.values():
             self.transcript.usage.add(usage)
+        for conversation in self.conversations:
+            conversation.count_usage()
 
     def _user(self, message: dict[str, Any]) -> None:
         self.open_turn_id = None

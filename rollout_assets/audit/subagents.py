@@ -1,0 +1,135 @@
+"""The audit's own one-to-one join of shots to transcripts, and its own count of the sub-agent
+conversations of a joined transcript (docs/input-formats.md §5, §6), by its own reading.
+
+One-to-one: within a worktree, every (shot, qualifying transcript) pair is taken closest in
+time first (|transcript start - the receipt's startedAt|, 0 under the only-candidate rule; ties:
+the earlier receipt by path, then the earlier file of the worktree's listing); a pair whose
+shot or file is taken is passed over. A worktree where some shot's evidence is unsettled is
+left unassigned: then no join of it is proven.
+
+Sub-agent conversations of a session file S: its sidechain lines (`isSidechain: true`), one
+conversation per `parentUuid` chain (a sidechain line whose parentUuid names no sidechain line
+before it starts one, named by its `uuid`); then those of the `agent-*.jsonl` files beside S
+whose lines have no main chain and name S's stem as `sessionId` (file name order); then those of
+`S-stem/subagents/agent-*.jsonl` (name order). Only a conversation with a conversation message
+counts.
+"""
+
+from __future__ import annotations
+
+import os
+from itertools import groupby
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rollout_assets.audit.shot_proofs import ShotProofs
+from rollout_assets.audit.shots import ProposerWorktree
+from rollout_assets.audit.strict_json import any_depth_json
+from rollout_assets.audit.times import epoch_ms
+from rollout_assets.audit.transcripts import is_conversation
+from rollout_assets.io import open_regular_file
+
+
+class SubagentConversation(NamedTuple):
+    file: str  # the file its lines are in
+    in_project: str  # that file's name beside its session: S.jsonl, agent-A.jsonl, S/subagents/agent-A.jsonl
+    key: str  # the uuid of the line that starts it
+
+
+def assign_joins(out_dir: Path, shots: list[ProposerWorktree]) -> list[ProposerWorktree]:
+    """Every shot with the audit's own one-to-one join (`assigned`, `joined`), in the same order."""
+    proofs = ShotProofs(out_dir)
+    assigned: dict[str, ProposerWorktree] = {}
+    for _, group_iter in groupby(shots, key=lambda shot: shot.worktree):
+        group = list(group_iter)
+        evidence = [proofs.evidence(shot) for shot in group]
+        if any(found.unsettled is not None for found in evidence):
+            continue
+        pairs = []
+        for index, (shot, found) in enumerate(zip(group, evidence, strict=True)):
+            listing = list(shot.transcripts or ())
+            for path, start in found.qualifying:
+                ms = epoch_ms(start)
+                started = found.window.started
+                distance = abs(ms - started) if isinstance(ms, int) and isinstance(started, int) else 0
+                pairs.append((distance, index, listing.index(path), path))
+        joined: list[str | None] = [None] * len(group)
+        taken: set[str] = set()
+        for _, index, _, path in sorted(pairs):
+            if joined[index] is None and path not in taken:
+                joined[index] = path
+                taken.add(path)
+        for shot, path in zip(group, joined, strict=True):
+            assigned[shot.receipt.relative_path] = shot._replace(assigned=True, joined=path)
+    return [assigned.get(shot.receipt.relative_path, shot) for shot in shots]
+
+
+def subagent_conversations(session_file: str, listing: tuple[str, ...]) -> list[SubagentConversation]:
+    """The sub-agent conversations of a session file, `listing` the worktree's `.jsonl` files."""
+    session = Path(session_file)
+    found = [SubagentConversation(session_file, session.name, key) for key in _conversations(session_file)[0]]
+    for path in listing:
+        name = os.path.basename(path)
+        if not name.startswith("agent-") or path == session_file:
+            continue
+        keys, session_ids, main_chain = _conversations(path)
+        if not main_chain and session_ids[:1] == [session.stem]:
+            found += [SubagentConversation(path, name, key) for key in keys]
+    folder = session.parent / session.stem / "subagents"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("agent-") and n.endswith(".jsonl"))
+    except OSError:
+        names = []
+    for name in names:
+        path = str(folder / name)
+        found += [
+            SubagentConversation(path, f"{session.stem}/subagents/{name}", key)
+            for key in _conversations(path)[0]
+        ]
+    return found
+
+
+def _conversations(path: str) -> tuple[list[str], list[str], bool]:
+    """(the keys of the file's sidechain conversations holding a message, in the order they
+    start; its first string sessionId, as a list of at most one; whether it has a main-chain line)."""
+    roots: dict[str, str] = {}  # sidechain uuid -> the key of its conversation
+    keys: list[str] = []
+    with_message: set[str] = set()
+    session_ids: list[str] = []
+    main_chain = False
+    try:
+        with open_regular_file(path) as handle:
+            for raw in handle:
+                entry = _entry(raw)
+                if entry is None:
+                    continue
+                if not session_ids and isinstance(entry.get("sessionId"), str):
+                    session_ids.append(entry["sessionId"])
+                conversational = entry.get("type") in ("user", "assistant") and isinstance(
+                    entry.get("message"), dict
+                )
+                if entry.get("isSidechain") is not True:
+                    main_chain = main_chain or conversational
+                    continue
+                parent, own = entry.get("parentUuid"), entry.get("uuid")
+                key = roots.get(parent) if isinstance(parent, str) else None
+                if key is None:
+                    key = own if isinstance(own, str) else f"line-{len(keys) + 1}"
+                    keys.append(key)
+                if isinstance(own, str):
+                    roots[own] = key
+                if conversational and is_conversation(entry):
+                    with_message.add(key)
+    except OSError:
+        return [], session_ids, main_chain
+    return [key for key in keys if key in with_message], session_ids, main_chain
+
+
+def _entry(raw: bytes) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None
+    try:
+        entry = any_depth_json(raw)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
