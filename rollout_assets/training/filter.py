@@ -13,7 +13,10 @@ from typing import Any
 
 from rollout_assets.errors import RoundError
 
-ROLES = ("supervisor", "worker", "proposer")
+ROLES = ("supervisor", "worker", "proposer")  # the default
+# A proposer's sub-agent conversations (`agent` lines) inherit the proposer's reward: they may be
+# asked for, and are not trained on by default.
+ALLOWED_ROLES = (*ROLES, "agent")
 
 # In the order they are tested: a line with a gap and no reward is dropped as `gap`.
 LINE_REASONS = ("gap", "role_excluded", "gated", "error", "incomplete", "truncated", "no_reward")
@@ -37,9 +40,9 @@ class TrainingFilter:
     margin: float = 0.05  # preference pairs: chosen reward - rejected reward >= margin
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.roles) - set(ROLES))
+        unknown = sorted(set(self.roles) - set(ALLOWED_ROLES))
         if unknown:
-            raise TrainingFilterError(f"training filter: unknown role(s) {', '.join(unknown)}; roles are {', '.join(ROLES)}")
+            raise TrainingFilterError(f"training filter: unknown role(s) {', '.join(unknown)}; roles are {', '.join(ALLOWED_ROLES)}")
         if self.per_instance_cap < 1:
             raise TrainingFilterError(f"training filter: per_instance_cap must be at least 1, not {self.per_instance_cap}")
         if self.margin < 0:
