@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,27 +318,52 @@ def test_a_store_neither_the_join_nor_the_audit_can_read_warrants_its_gaps(
     result = rnd.verdict(store=garbage)
 
     assert [line["provenance"]["gap"] for line in workers] == [
-        f"opencode store unavailable; worker cwd /wt/w{n} unrecoverable" for n in range(4)
+        f"opencode store unavailable; worker cwd /wt/w{n} unrecoverable ({garbage}: not an SQLite database)"
+        for n in range(4)
     ]
     assert (result.passed, result.sample) == (True, [])
 
 
+# Holds the store locked from another process until its standard input closes: rollback-journal
+# mode, a writer in the middle of committing; WAL mode, a connection in exclusive locking mode.
+HOLD_LOCK = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2] == "wal":
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA locking_mode=EXCLUSIVE")
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute("UPDATE session SET agent = agent")
+    connection.execute("COMMIT")
+else:
+    connection.execute("BEGIN EXCLUSIVE")
+    connection.execute("UPDATE session SET agent = agent")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("mode", ["rollback", "wal"])
 def test_a_busy_store_is_no_unavailable_one(
-    rnd: Round, lines: list[Line], monkeypatch: pytest.MonkeyPatch
+    rnd: Round, lines: list[Line], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """A join that met a store locked by a writer wrote "store unavailable"; the audit, meeting the
-    lock too, does not take it for a store that cannot be read."""
+    lock too (held by another process), does not take it for a store that cannot be read."""
     monkeypatch.setattr(audit_stores, "_BUSY_TIMEOUT_S", 0.05)
     index = rnd.worker("/wt/w3")
     lines[index]["provenance"]["gap"] = "opencode store unavailable; worker cwd /wt/w3 unrecoverable"
     write_jsonl(rnd.ledger, lines)
-    writer = sqlite3.connect(rnd.store, isolation_level=None)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(rnd.store), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        writer.execute("BEGIN EXCLUSIVE")
+        assert writer.stdout is not None and writer.stdout.readline() == "held\n"
         result = rnd.verdict()
     finally:
-        writer.execute("ROLLBACK")
-        writer.close()
+        writer.communicate(timeout=30)
 
     assert (result.passed, result.details["unwarranted_opencode_store_unavailable"]) == (False, 1)
     assert result.sample[-1] == rnd.problem(

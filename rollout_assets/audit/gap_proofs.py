@@ -9,8 +9,9 @@ is held against what it says is (not) there:
 
     supervisor brain transcript not persisted   a supervisor line: brain.jsonl is stats only
     ...; result.json missing / lists no cwds    the audit's own reading of the cell's result.json
-    opencode store unavailable                  the audit cannot read the store either, and not
-                                                only because it was busy
+    opencode store unavailable [(<cause>)]      the audit cannot read the store either, and not
+                                                only because it was busy; with a cause, the store
+                                                is there (a file) and the audit cannot read it
     no opencode session found for worker cwd    the store the audit reads has no session of it
     opencode session S has no readable ...      one grouped count of S's message and part rows
     no claude transcript matched worktree W     no file of W's project folders qualifies
@@ -29,6 +30,7 @@ query (`stores.session_rows` takes any set of sessions), and `worker_problem` co
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -43,7 +45,7 @@ from rollout_assets.audit.wording import (
     empty_session_gap,
     gap_kind,
     no_session_gap,
-    store_unavailable_gap,
+    store_unavailable_cause,
 )
 
 # The role whose lines may carry each kind of gap.
@@ -87,8 +89,8 @@ class _Claims:
         """The message and part rows of every session a line says is empty, in one query."""
         claimed = {self.worker(seen)[1] for seen, kind in claims if kind == "opencode_session_empty"}
         claimed.discard("-")
-        if claimed and self.inputs.store.readable and self.inputs.opencode_db is not None:
-            self.rows = session_rows(self.inputs.opencode_db, claimed)
+        if claimed and self.inputs.store.readable:
+            self.rows = session_rows(self.inputs.store, claimed)
 
     def problem(self, seen: SeenLine, kind: str) -> str | None:
         """What the inputs hold against the line's claim; None when they warrant it."""
@@ -145,13 +147,17 @@ class _Claims:
         store, db = self.inputs.store, self.inputs.opencode_db
         sessions = store.sessions.get(cwd, []) if isinstance(cwd, str) else []
         if kind == "opencode_store_unavailable":
-            if seen.gap != store_unavailable_gap(str(cwd)):
+            named, cause = store_unavailable_cause(seen.gap, str(cwd))
+            if not named:
                 return f"the gap does not name the line's worker cwd {cwd}"
             if store.readable:
                 held = f"{len(sessions)} session(s)" if sessions else "no session"
                 return f"worker cwd {cwd}: the audit reads the opencode store {db}, which holds {held} of it"
             if store.busy:
                 return f"the opencode store {db} is there but was busy ({store.why}): a busy store is no unavailable one"
+            if cause is not None and not (db is not None and os.path.isfile(db)):
+                # A cause says the store is there but cannot be read: the audit found no file.
+                return f"the gap says the store is there but cannot be read ({cause}); the audit finds no file at {db}"
             return None
         if not store.readable:
             return f"worker cwd {cwd}: the audit cannot read the opencode store {db} ({store.why}), so it proves nothing of it"
