@@ -253,6 +253,8 @@ def _sessions_by_directory(
         if cwd is not None:
             sessions.setdefault(cwd, []).append(session_id.decode("utf-8", "replace"))
     return sessions
+
+
 # A message row makes a chat message (docs/input-formats.md §4) only when its data is a JSON
 # object whose role is user or assistant; a part row only when its data is a JSON object that
 # carries something: a non-empty text (not marked ignored), or in an assistant message a
