@@ -1,6 +1,6 @@
 """The opencode store, read by the audit's own SQL (docs/input-formats.md §4): whether it is
 readable and, when not, why; the sessions of each worker cwd; and, for the sessions a ledger
-makes claims about, one grouped count of their message and part rows.
+makes claims about, one grouped count of their rows and of the messages those make.
 
 The audit reads its own private copy of the store, never the store itself: an SQLite open of
 a WAL store, even read-only, creates `-shm`/`-wal` beside it (inputs are never written) or
@@ -26,6 +26,8 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
+
+from rollout_assets.audit.session_counts import SESSION_COUNTS_QUERY
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -255,36 +257,11 @@ def _sessions_by_directory(
     return sessions
 
 
-# A message row makes a chat message (docs/input-formats.md §4) only when its data is a JSON
-# object whose role is user or assistant; a part row only when its data is a JSON object that
-# carries something: a non-empty text (not marked ignored), or in an assistant message a
-# non-empty reasoning text or a tool call with a call id. A narrow rule on purpose: a part it
-# counts makes a message under any reading of the docs, so a session it finds such a part in
-# cannot be one "with no readable message parts".
-_MESSAGE = "CAST(m.data AS TEXT)"
-_PART = "CAST(p.data AS TEXT)"
-_ROLE = f"json_extract({_MESSAGE}, '$.role')"
-_NON_EMPTY_TEXT = f"json_type({_PART}, '$.text') = 'text' AND json_extract({_PART}, '$.text') <> ''"
-_COUNT_QUERY = f"""
-SELECT m.session_id, count(DISTINCT m.id), count(DISTINCT CASE WHEN
-    json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} IN ('user', 'assistant')
-    AND json_valid({_PART}) AND json_type({_PART}) = 'object' AND (
-        (json_extract({_PART}, '$.type') = 'text' AND {_NON_EMPTY_TEXT}
-            AND json_type({_PART}, '$.ignored') IS NOT 'true')
-        OR ({_ROLE} = 'assistant' AND json_extract({_PART}, '$.type') = 'reasoning' AND {_NON_EMPTY_TEXT})
-        OR ({_ROLE} = 'assistant' AND json_extract({_PART}, '$.type') = 'tool'
-            AND json_type({_PART}, '$.callID') = 'text')
-    ) THEN p.id END)
-FROM message AS m LEFT JOIN part AS p ON p.message_id = m.id
-WHERE m.session_id IN (SELECT value FROM json_each(?))
-GROUP BY m.session_id
-"""
-
-
-def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int]] | str:
+def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
     """For each of `session_ids` that has message rows: (its message rows, its part rows that make
-    a message); by one grouped query on the copy `read_store` read, whatever the number of
-    sessions. A string saying why when the copy cannot be read."""
+    a message by the narrow rule, the chat messages its rows make); by one grouped query on the
+    copy `read_store` read (session_counts.py), whatever the number of sessions. A string
+    saying why when the copy cannot be read."""
     # A lone surrogate has no UTF-8 form: no stored id equals it.
     wanted = []
     for session_id in sorted(session_ids):
@@ -302,13 +279,13 @@ def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tupl
     except sqlite3.Error as error:
         return str(error)
     try:
-        rows = connection.execute(_COUNT_QUERY, (json.dumps(wanted, ensure_ascii=False),)).fetchall()
+        rows = connection.execute(SESSION_COUNTS_QUERY, (json.dumps(wanted, ensure_ascii=False),)).fetchall()
     except sqlite3.Error as error:
         return str(error)
     finally:
         connection.close()
     return {
-        session_id.decode("utf-8", "replace"): (messages, parts)
-        for session_id, messages, parts in rows
+        session_id.decode("utf-8", "replace"): (messages, parts, made)
+        for session_id, messages, parts, made in rows
         if isinstance(session_id, bytes)
     }
