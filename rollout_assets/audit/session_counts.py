@@ -33,22 +33,10 @@ _PART = "CAST(p.data AS TEXT)"
 _ROLE = f"json_extract({_MESSAGE}, '$.role')"
 _NON_EMPTY_TEXT = f"json_type({_PART}, '$.text') = 'text' AND json_extract({_PART}, '$.text') <> ''"
 
-# A part of a message row, with what the counts need of each.
-_PARTS = f"""
-SELECT m.session_id AS session_id, m.id AS message_id, {_ROLE} AS role, p.id AS part_id,
-    json_extract({_PART}, '$.type') AS type,
-    json_type({_PART}, '$.text') = 'text' AS has_text,
-    {_NON_EMPTY_TEXT} AS non_empty_text,
-    json_type({_PART}, '$.ignored') IS 'true' AS ignored,
-    json_extract({_PART}, '$.mime') AS mime,
-    json_type({_PART}, '$.callID') = 'text' AS has_call_id
-FROM message AS m JOIN part AS p ON p.message_id = m.id
-WHERE m.session_id IN (SELECT value FROM wanted)
-    AND json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} IN ('user', 'assistant')
-    AND json_valid({_PART}) AND json_type({_PART}) = 'object'
-"""
+# Whether a message row's data is one the counts read: a JSON object whose role is user or assistant.
+_CHAT = f"json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} IN ('user', 'assistant')"
 
-# Whether an assistant message's error leaves it out: set, and not an abort after some output.
+# Whether an assistant message's error is set (not null, false, 0, "", [] or {}).
 _ERROR_SET = f"""(
     json_type({_MESSAGE}, '$.error') IS NOT NULL
     AND json_type({_MESSAGE}, '$.error') NOT IN ('null', 'false')
@@ -57,7 +45,10 @@ _ERROR_SET = f"""(
     AND NOT (json_type({_MESSAGE}, '$.error') IN ('array', 'object')
         AND json_extract({_MESSAGE}, '$.error') IN ('[]', '{{}}'))
 )"""
-_ABORTED = f"json_type({_MESSAGE}, '$.error') = 'object' AND json_extract({_MESSAGE}, '$.error.name') = 'MessageAbortedError'"
+_ABORTED = (
+    f"json_type({_MESSAGE}, '$.error') = 'object'"
+    f" AND json_extract({_MESSAGE}, '$.error.name') = 'MessageAbortedError'"
+)
 _SYSTEM = f"""(
     (json_type({_MESSAGE}, '$.system') = 'text' AND json_extract({_MESSAGE}, '$.system') <> '')
     OR (json_type({_MESSAGE}, '$.system') = 'array' AND (
@@ -65,68 +56,73 @@ _SYSTEM = f"""(
     ))
 )"""
 
+# Each message row of the sessions asked for, read once; then each part of its chat messages,
+# read once; every count below is taken from these two.
 SESSION_COUNTS_QUERY = f"""
 WITH wanted(value) AS (SELECT value FROM json_each(?)),
-parts AS ({_PARTS}),
-stepped AS (
-    SELECT *, sum(type IS 'step-start') OVER (PARTITION BY message_id ORDER BY part_id ROWS UNBOUNDED PRECEDING) AS step
-    FROM parts
+messages AS MATERIALIZED (
+    SELECT m.session_id AS session_id, m.id AS message_id,
+        CASE WHEN {_CHAT} THEN {_ROLE} END AS role,
+        CASE WHEN {_CHAT} AND {_ROLE} = 'assistant' THEN {_ERROR_SET} END AS error_set,
+        CASE WHEN {_CHAT} AND {_ROLE} = 'assistant' THEN {_ABORTED} END AS aborted,
+        CASE WHEN {_CHAT} AND {_ROLE} = 'assistant' THEN {_SYSTEM} END AS system
+    FROM message AS m WHERE m.session_id IN (SELECT value FROM wanted)
 ),
-users AS (
-    SELECT session_id, max(
-        (type IS 'text' AND has_text AND NOT ignored)
-        OR (type IS 'file' AND coalesce(mime NOT IN ('text/plain', 'application/x-directory'), 1))
-        OR type IN ('compaction', 'subtask')
-    ) AS sent
-    FROM parts WHERE role = 'user' GROUP BY message_id
+parts AS MATERIALIZED (
+    SELECT g.session_id AS session_id, g.message_id AS message_id, g.role AS role, p.id AS part_id,
+        json_extract({_PART}, '$.type') AS type,
+        json_type({_PART}, '$.text') = 'text' AS has_text,
+        {_NON_EMPTY_TEXT} AS non_empty_text,
+        json_type({_PART}, '$.ignored') IS 'true' AS ignored,
+        json_extract({_PART}, '$.mime') AS mime,
+        json_type({_PART}, '$.callID') = 'text' AS has_call_id
+    FROM messages AS g JOIN part AS p ON p.message_id = g.message_id
+    WHERE g.role IS NOT NULL AND json_valid({_PART}) AND json_type({_PART}) = 'object'
 ),
-assistants AS (
-    SELECT m.session_id AS session_id, m.id AS message_id
-    FROM message AS m
-    WHERE m.session_id IN (SELECT value FROM wanted)
-        AND json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} = 'assistant'
-        AND (NOT {_ERROR_SET} OR ({_ABORTED} AND EXISTS (
-            SELECT 1 FROM parts AS q WHERE q.message_id = m.id AND coalesce(q.type NOT IN ('step-start', 'reasoning'), 1)
-        )))
+sent AS (
+    SELECT g.message_id AS message_id, g.session_id AS session_id, g.role AS role, max(
+        (p.type IS 'text' AND p.has_text AND NOT p.ignored)
+        OR (p.type IS 'file' AND coalesce(p.mime NOT IN ('text/plain', 'application/x-directory'), 1))
+        OR p.type IN ('compaction', 'subtask')
+    ) AS user_sent
+    FROM messages AS g JOIN parts AS p ON p.message_id = g.message_id
+    GROUP BY g.message_id
+    HAVING g.role = 'user' OR NOT g.error_set
+        OR (g.aborted AND max(coalesce(p.type NOT IN ('step-start', 'reasoning'), 1)))
 ),
 steps AS (
-    SELECT s.session_id AS session_id,
-        (max(s.type IS 'text' AND s.non_empty_text) OR sum(s.type IS 'text' AND s.has_text) >= 2
-            OR max(s.type IS 'reasoning' AND s.non_empty_text)) AS speaks,
-        sum(s.type IS 'tool' AND s.has_call_id) AS calls
-    FROM stepped AS s JOIN assistants AS a ON a.message_id = s.message_id
-    GROUP BY s.message_id, s.step
+    SELECT session_id,
+        (max(type IS 'text' AND non_empty_text) OR sum(type IS 'text' AND has_text) >= 2
+            OR max(type IS 'reasoning' AND non_empty_text)) AS speaks,
+        sum(type IS 'tool' AND has_call_id) AS calls
+    FROM (
+        SELECT p.*, sum(p.type IS 'step-start') OVER (
+            PARTITION BY p.message_id ORDER BY p.part_id ROWS UNBOUNDED PRECEDING
+        ) AS step
+        FROM parts AS p JOIN sent AS s ON s.message_id = p.message_id AND s.role = 'assistant'
+    )
+    GROUP BY message_id, step
 ),
 conversation AS (
-    SELECT session_id, sum(sent) AS made FROM users GROUP BY session_id
+    SELECT session_id, user_sent AS made FROM sent WHERE role = 'user'
     UNION ALL
-    SELECT session_id, sum((speaks OR calls > 0) + calls) FROM steps GROUP BY session_id
-),
-systems AS (
-    SELECT DISTINCT m.session_id AS session_id FROM message AS m
-    WHERE m.session_id IN (SELECT value FROM wanted)
-        AND json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} = 'assistant' AND {_SYSTEM}
+    SELECT session_id, (speaks OR calls > 0) + calls FROM steps
 ),
 made AS (
-    SELECT c.session_id AS session_id, sum(c.made) + (
-        sum(c.made) > 0 AND c.session_id IN (SELECT session_id FROM systems)
-    ) AS made
-    FROM conversation AS c GROUP BY c.session_id
+    SELECT session_id, sum(made) AS made FROM conversation GROUP BY session_id
+),
+narrow AS (
+    SELECT session_id, count(DISTINCT part_id) AS parts FROM parts
+    WHERE (type IS 'text' AND non_empty_text AND NOT ignored)
+        OR (role = 'assistant' AND type IS 'reasoning' AND non_empty_text)
+        OR (role = 'assistant' AND type IS 'tool' AND has_call_id)
+    GROUP BY session_id
 ),
 rows AS (
-    SELECT m.session_id AS session_id, count(DISTINCT m.id) AS messages, count(DISTINCT CASE WHEN
-        json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} IN ('user', 'assistant')
-        AND json_valid({_PART}) AND json_type({_PART}) = 'object' AND (
-            (json_extract({_PART}, '$.type') = 'text' AND {_NON_EMPTY_TEXT}
-                AND json_type({_PART}, '$.ignored') IS NOT 'true')
-            OR ({_ROLE} = 'assistant' AND json_extract({_PART}, '$.type') = 'reasoning' AND {_NON_EMPTY_TEXT})
-            OR ({_ROLE} = 'assistant' AND json_extract({_PART}, '$.type') = 'tool'
-                AND json_type({_PART}, '$.callID') = 'text')
-        ) THEN p.id END) AS parts
-    FROM message AS m LEFT JOIN part AS p ON p.message_id = m.id
-    WHERE m.session_id IN (SELECT value FROM wanted)
-    GROUP BY m.session_id
+    SELECT session_id, count(DISTINCT message_id) AS messages, max(system) AS system
+    FROM messages GROUP BY session_id
 )
-SELECT r.session_id, r.messages, r.parts, coalesce(d.made, 0)
-FROM rows AS r LEFT JOIN made AS d ON d.session_id = r.session_id
+SELECT r.session_id, r.messages, coalesce(n.parts, 0),
+    coalesce(d.made, 0) + (coalesce(d.made, 0) > 0 AND coalesce(r.system, 0))
+FROM rows AS r LEFT JOIN narrow AS n ON n.session_id = r.session_id LEFT JOIN made AS d ON d.session_id = r.session_id
 """
