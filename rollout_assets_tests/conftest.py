@@ -11,6 +11,16 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def run_dirs_in_the_temp_folder() -> Iterator[None]:
+    """Many tests build a cell's run folder beside its round, in the temp folder: name that as
+    a root run folders may live in (ROLLOUT_RUN_DIR_ROOTS), for the whole session (module
+    fixtures build rounds too). Tests of the containment itself set or remove the variable."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ROLLOUT_RUN_DIR_ROOTS", tempfile.gettempdir())
+        yield
+
+
 @pytest.fixture
 def world_readable_tmp() -> Iterator[Path]:
     """A temp folder `nobody` can enter (pytest's own are private to their owner), for tests

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,12 +238,16 @@ def test_the_joins_ledger_carries_a_gap_of_every_reason_and_passes(rnd: Round) -
     result = rnd.verdict()
     assert (result.passed, result.expected, result.seen, result.missing, result.sample) == (
         True,
-        11,
-        11,
+        12,
+        12,
         0,
         [],
     )
-    assert (result.details["gap_lines"], result.details["joined_proposer_lines"]) == (9, 2)
+    assert (
+        result.details["gap_lines"],
+        result.details["joined_proposer_lines"],
+        result.details["joined_worker_lines"],
+    ) == (9, 2, 1)
 
 
 # ---------------------------------------------------------------------------
@@ -291,6 +296,122 @@ def test_a_cwd_with_a_session_said_to_have_none_fails(rnd: Round, lines: list[Li
     )
 
 
+def test_a_joined_worker_line_missing_a_message_fails_naming_both_counts(rnd: Round, lines: list[Line]) -> None:
+    index = rnd.worker("/wt/w0")
+    held = len(lines[index]["messages"])
+    lines[index]["messages"].pop()
+
+    _fails_with(
+        rnd,
+        lines,
+        index,
+        f"opencode session ses_w0: the line holds {held - 1} message(s), the store's rows make {held}",
+        "joined_worker",
+    )
+
+
+def test_a_joined_worker_line_with_a_message_too_many_fails(rnd: Round, lines: list[Line]) -> None:
+    index = rnd.worker("/wt/w0")
+    held = len(lines[index]["messages"])
+    lines[index]["messages"].append({"role": "user", "content": "not in the store"})
+
+    _fails_with(
+        rnd,
+        lines,
+        index,
+        f"opencode session ses_w0: the line holds {held + 1} message(s), the store's rows make {held}",
+        "joined_worker",
+    )
+
+
+# Sessions of every shape the count's rules name, each with what the reader makes of it.
+def _counted_sessions() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    sessions, messages, parts = [], [], []
+
+    def add(name: str, rows: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> None:
+        sessions.append(session(name, f"/wt/{name}"))
+        for n, (role, data, its_parts) in enumerate(rows):
+            message_id = f"{name}-m{n}"
+            messages.append(message(message_id, name, role, 1_000 + n, **data))
+            for k, body in enumerate(its_parts):
+                parts.append(part(f"{message_id}-p{k}", message_id, raw_data=json.dumps(body)))
+
+    text = {"type": "text", "text": "hello"}
+    tool = {"type": "tool", "callID": "c1", "tool": "bash", "state": {"status": "completed", "output": "ok"}}
+    add("plain", [("user", {}, [text]), ("assistant", {}, [text, tool])])
+    add("ignored", [("user", {}, [{**text, "ignored": True}]), ("assistant", {}, [text])])
+    add("placeholders", [("user", {}, [{"type": "compaction"}]), ("user", {}, [{"type": "subtask"}])])
+    add("files", [("user", {}, [{"type": "file", "mime": "image/png"}]), ("user", {}, [{"type": "file", "mime": "text/plain"}])])
+    add("no-parts", [("user", {}, []), ("assistant", {"system": ["you are"]}, [])])
+    add("system", [("user", {}, [text]), ("assistant", {"system": ["", ""]}, [text])])
+    add("system-empty", [("user", {}, [text]), ("assistant", {"system": [""]}, [text])])
+    add("system-alone", [("assistant", {"system": "prompt"}, [{"type": "step-start"}])])
+    add("errored", [("user", {}, [text]), ("assistant", {"error": {"name": "APIError"}}, [text, tool])])
+    add("falsy-error", [("assistant", {"error": {}}, [text]), ("assistant", {"error": 0}, [text])])
+    add("aborted", [("assistant", {"error": {"name": "MessageAbortedError"}}, [{"type": "step-start"}, text])])
+    add("aborted-thinking", [("assistant", {"error": {"name": "MessageAbortedError"}}, [{"type": "reasoning", "text": "hm"}])])
+    add(
+        "steps",
+        [
+            (
+                "assistant",
+                {},
+                [
+                    {"type": "step-start"},
+                    {"type": "reasoning", "text": "think"},
+                    {"type": "step-start"},
+                    {"type": "text", "text": ""},
+                    {"type": "step-finish"},
+                    {"type": "step-start"},
+                    {"type": "text", "text": ""},
+                    {"type": "text", "text": ""},
+                    {"type": "step-start"},
+                    {**tool, "callID": "c2"},
+                    {**tool, "callID": "c3"},
+                    {"type": "tool", "tool": "bash"},
+                ],
+            )
+        ],
+    )
+    add("other-roles", [("system", {}, [text]), ("user", {}, ["not an object", {"type": "text", "text": 3}])])
+    messages.append({"id": "broken-m0", "session_id": "plain", "time_created": 5, "data": "{not json"})
+    return sessions, messages, parts
+
+
+def test_the_audits_count_of_a_sessions_messages_is_the_readers(tmp_path: Path) -> None:
+    """The count by the audit's own SQL agrees with the reader on every rule of
+    docs/input-formats.md §4, each in a session of its own, in one query."""
+    sessions, messages, parts = _counted_sessions()
+    db = write_opencode_db(tmp_path / "opencode.db", sessions=sessions, messages=messages, parts=parts)
+    names = {row["id"] for row in sessions}
+    reading = audit_stores.read_store(db, {f"/wt/{name}" for name in names})
+    counts = audit_stores.session_rows(reading, names)
+    store = OpencodeStore.open(db)
+    assert store is not None
+    try:
+        readers = {name: len(store.session_messages(name)) for name in sorted(names)}
+    finally:
+        store.close()
+
+    assert {name: counts[name][2] for name in sorted(names)} == readers
+    assert readers == {
+        "aborted": 1,
+        "aborted-thinking": 0,
+        "errored": 1,
+        "falsy-error": 2,
+        "files": 1,
+        "ignored": 1,
+        "no-parts": 0,
+        "other-roles": 0,
+        "placeholders": 2,
+        "plain": 3,
+        "steps": 5,
+        "system": 3,
+        "system-alone": 0,
+        "system-empty": 2,
+    }
+
+
 def test_a_store_the_audit_reads_said_unavailable_fails(rnd: Round, lines: list[Line]) -> None:
     index = rnd.worker("/wt/w3")
     lines[index]["provenance"]["gap"] = "opencode store unavailable; worker cwd /wt/w3 unrecoverable"
@@ -316,27 +437,52 @@ def test_a_store_neither_the_join_nor_the_audit_can_read_warrants_its_gaps(
     result = rnd.verdict(store=garbage)
 
     assert [line["provenance"]["gap"] for line in workers] == [
-        f"opencode store unavailable; worker cwd /wt/w{n} unrecoverable" for n in range(4)
+        f"opencode store unavailable; worker cwd /wt/w{n} unrecoverable ({garbage}: not an SQLite database)"
+        for n in range(4)
     ]
     assert (result.passed, result.sample) == (True, [])
 
 
+# Holds the store locked from another process until its standard input closes: rollback-journal
+# mode, a writer in the middle of committing; WAL mode, a connection in exclusive locking mode.
+HOLD_LOCK = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2] == "wal":
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA locking_mode=EXCLUSIVE")
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute("UPDATE session SET agent = agent")
+    connection.execute("COMMIT")
+else:
+    connection.execute("BEGIN EXCLUSIVE")
+    connection.execute("UPDATE session SET agent = agent")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("mode", ["rollback", "wal"])
 def test_a_busy_store_is_no_unavailable_one(
-    rnd: Round, lines: list[Line], monkeypatch: pytest.MonkeyPatch
+    rnd: Round, lines: list[Line], monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """A join that met a store locked by a writer wrote "store unavailable"; the audit, meeting the
-    lock too, does not take it for a store that cannot be read."""
+    lock too (held by another process), does not take it for a store that cannot be read."""
     monkeypatch.setattr(audit_stores, "_BUSY_TIMEOUT_S", 0.05)
     index = rnd.worker("/wt/w3")
     lines[index]["provenance"]["gap"] = "opencode store unavailable; worker cwd /wt/w3 unrecoverable"
     write_jsonl(rnd.ledger, lines)
-    writer = sqlite3.connect(rnd.store, isolation_level=None)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(rnd.store), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        writer.execute("BEGIN EXCLUSIVE")
+        assert writer.stdout is not None and writer.stdout.readline() == "held\n"
         result = rnd.verdict()
     finally:
-        writer.execute("ROLLBACK")
-        writer.close()
+        writer.communicate(timeout=30)
 
     assert (result.passed, result.details["unwarranted_opencode_store_unavailable"]) == (False, 1)
     assert result.sample[-1] == rnd.problem(
@@ -351,14 +497,14 @@ def test_worker_gaps_against_a_store_the_audit_cannot_read_prove_nothing(rnd: Ro
 
     result = rnd.verdict(store=garbage)
 
-    assert (result.passed, result.missing) == (False, 3)
+    assert (result.passed, result.missing) == (False, 4)
     assert result.sample == [
         rnd.problem(
             rnd.worker(f"/wt/w{n}"),
             f"worker cwd /wt/w{n}: the audit cannot read the opencode store {garbage} (file is not a database),"
             " so it proves nothing of it",
         )
-        for n in (1, 2, 3)
+        for n in (0, 1, 2, 3)
     ]
 
 

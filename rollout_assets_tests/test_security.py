@@ -9,6 +9,7 @@ materialized through Dagster with every input hashed before and after.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -469,3 +470,108 @@ def test_a_ledger_root_beside_the_inputs_is_accepted(demo: DemoLayout, tmp_path:
     )
     for beside in (f"{demo.rounds_root}-ledgers", f"{demo.claude_projects_dir}2", str(tmp_path / "ledgers")):
         LedgerRoot(root_dir=beside).check_apart_from_inputs(*inputs)
+
+
+# ---------------------------------------------------------------------------
+# Files read through a run folder stay inside the round or a configured root
+# ---------------------------------------------------------------------------
+
+SECRET = "aws_secret_access_key = do-not-copy-me"
+
+
+def first_cell(demo: DemoLayout) -> tuple[Path, Path]:
+    """(the first baseline cell's cache, its run folder)."""
+    cache = sorted((demo.rounds[0] / "improve-run" / "baseline").iterdir())[0] / "cached-result.json"
+    return cache, Path(json.loads(cache.read_text())["artifact"]["runDir"])
+
+
+def secret_file(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    secret = folder / "credentials"
+    secret.write_text(json.dumps(SECRET))
+    secret.chmod(0o600)
+    return secret
+
+
+def test_the_demo_keeps_its_run_folders_inside_its_rounds(demo: DemoLayout) -> None:
+    _, run_dir = first_cell(demo)
+    assert run_dir.resolve().is_relative_to(demo.rounds[0].resolve())
+
+
+@pytest.mark.parametrize("name", ["judge.json", "result.json"])
+def test_a_run_folder_file_symlinked_out_of_the_round_is_never_copied(
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A judge.json symlinked to a private credentials file put its content into
+    outcome.verdict; now it reads as missing, with a warning naming it."""
+    monkeypatch.delenv("ROLLOUT_RUN_DIR_ROOTS", raising=False)
+    _, run_dir = first_cell(demo)
+    secret = secret_file(tmp_path / "home")
+    (run_dir / name).unlink()
+    (run_dir / name).symlink_to(secret)
+
+    result = cli_backfill(demo, tmp_path / "ledger.jsonl", demo.opencode_db)
+
+    assert result.returncode == 0, result.stderr
+    assert SECRET not in (tmp_path / "ledger.jsonl").read_text()
+    assert f"{run_dir / name} resolves to {secret}, outside the round {demo.rounds[0]}" in result.stderr
+    lines = list(read_ledger_dicts(tmp_path / "ledger.jsonl"))
+    supervisor = next(line for line in lines if line["role"] == "supervisor")
+    if name == "judge.json":
+        assert supervisor["outcome"]["verdict"] is None
+    else:
+        assert supervisor["provenance"]["gap"].endswith(
+            "result.json missing: this cell's worker sessions cannot be listed"
+        )
+
+
+def test_a_run_folder_outside_the_round_is_read_only_under_a_configured_root(
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, run_dir = first_cell(demo)
+    elsewhere = tmp_path / "runs-elsewhere" / run_dir.name
+    shutil.move(run_dir, elsewhere)
+    record = json.loads(cache.read_text())
+    record["artifact"]["runDir"] = str(elsewhere)
+    cache.write_text(json.dumps(record))
+
+    monkeypatch.delenv("ROLLOUT_RUN_DIR_ROOTS", raising=False)
+    refused = cli_backfill(demo, tmp_path / "refused.jsonl", demo.opencode_db)
+    monkeypatch.setenv("ROLLOUT_RUN_DIR_ROOTS", f"/nonexistent:{tmp_path / 'runs-elsewhere'}")
+    read = cli_backfill(demo, tmp_path / "read.jsonl", demo.opencode_db)
+
+    assert (refused.returncode, read.returncode) == (0, 0)
+    assert "outside the round" in refused.stderr and "outside the round" not in read.stderr
+    verdicts = [
+        next(line for line in read_ledger_dicts(tmp_path / ledger) if line["role"] == "supervisor")[
+            "outcome"
+        ]["verdict"]
+        for ledger in ("refused.jsonl", "read.jsonl")
+    ]
+    assert verdicts[0] is None
+    assert verdicts[1] == json.loads((elsewhere / "judge.json").read_text())
+
+
+def test_the_audit_reads_no_result_json_outside_the_round_either(
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit's own reading of result.json applies the same rule: a ledger whose supervisor
+    says the workers cannot be listed passes, and the join's ledger of the round passes."""
+    from rollout_assets import audit
+
+    monkeypatch.delenv("ROLLOUT_RUN_DIR_ROOTS", raising=False)
+    _, run_dir = first_cell(demo)
+    moved = tmp_path / "home" / "result.json"
+    moved.parent.mkdir()
+    shutil.move(run_dir / "result.json", moved)
+    (run_dir / "result.json").symlink_to(moved)
+    ledger = tmp_path / "ledger.jsonl"
+    assert cli_backfill(demo, ledger, demo.opencode_db).returncode == 0
+
+    inputs = audit.recount_inputs(demo.rounds[0], demo.opencode_db, claude_projects=demo.claude_projects_dir)
+    recount = audit.recount_ledger(ledger)
+
+    assert inputs.cells_without_worker_list
+    for verdict in (audit.inputs_match_verdict, audit.workers_verdict, audit.gaps_warranted_verdict):
+        result = verdict(inputs, recount)
+        assert (result.passed, result.sample) == (True, [])

@@ -174,6 +174,96 @@ def test_a_wal_store_in_a_folder_the_backfill_may_not_write_is_read_whole_leavin
     }
 
 
+# The audit's checks of a ledger, as `nobody`: prints each check's verdict as JSON.
+AUDIT_AS_NOBODY = (
+    textwrap.dedent(
+        """
+        import json, sys
+        from pathlib import Path
+        from rollout_assets import audit
+        """
+    )
+    + DROP_TO_NOBODY
+    + textwrap.dedent(
+        """
+        out_dir, db, claude, ledger_path = map(Path, sys.argv[1:5])
+        inputs = audit.recount_inputs(out_dir, db, claude_projects=claude)
+        ledger = audit.recount_ledger(ledger_path)
+        verdicts = {
+            "workers": audit.workers_verdict(inputs, ledger),
+            "inputs_match": audit.inputs_match_verdict(inputs, ledger),
+            "gaps": audit.gaps_warranted_verdict(inputs, ledger),
+        }
+        print(json.dumps({
+            "readable": inputs.store.readable,
+            "why": inputs.store.why,
+            **{name: [result.passed, result.sample] for name, result in verdicts.items()},
+        }))
+        """
+    )
+)
+
+
+@pytest.mark.parametrize("wal", ["checkpointed", "rows only in its WAL"])
+def test_the_audit_reads_a_wal_store_in_a_folder_it_may_not_write_leaving_no_file(
+    demo: DemoLayout, world_readable_tmp: Path, wal: str
+) -> None:
+    """The audit opened the live store read-only: on a WAL store in a folder `nobody` may not
+    write, that fails (every check of the store's lines then proves nothing) or, where it may,
+    leaves -shm/-wal beside the store. It reads its own copy instead."""
+    store = world_readable_tmp / "store"
+    store.mkdir()
+    db = Path(shutil.copy(demo.opencode_db, store / "opencode.db"))
+    to_wal(db)
+    if wal != "checkpointed":
+        subprocess.run([sys.executable, "-c", WAL_WITH_FRAMES, str(db)], check=True, timeout=60)
+    for path in store.iterdir():
+        path.chmod(0o644)
+    store.chmod(0o755)
+    ledger = world_readable_tmp / "out" / "ledger.jsonl"
+    assert backfill_as_nobody(demo, db, ledger).returncode == 0
+    before = folder_state(store)
+
+    result = run_unprivileged(
+        AUDIT_AS_NOBODY, str(demo.rounds[0]), str(db), str(demo.claude_projects_dir), str(ledger)
+    )
+
+    assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout)
+    assert verdicts == {
+        "readable": True,
+        "why": None,
+        "workers": [True, []],
+        "inputs_match": [True, []],
+        "gaps": [True, []],
+    }
+    assert folder_state(store) == before
+
+
+def test_the_audit_passes_the_gaps_of_a_store_nobody_may_read(
+    demo: DemoLayout, world_readable_tmp: Path
+) -> None:
+    """A store that is there but cannot be read: the join's gaps say why, and the audit, which
+    cannot read it either, finds them warranted."""
+    store = world_readable_tmp / "store"
+    store.mkdir(mode=0o755)
+    db = Path(shutil.copy(demo.opencode_db, store / "opencode.db"))
+    db.chmod(0o600)
+    ledger = world_readable_tmp / "out" / "ledger.jsonl"
+    assert backfill_as_nobody(demo, db, ledger).returncode == 0
+
+    result = run_unprivileged(
+        AUDIT_AS_NOBODY, str(demo.rounds[0]), str(db), str(demo.claude_projects_dir), str(ledger)
+    )
+
+    assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout)
+    assert verdicts["readable"] is False
+    assert verdicts["why"] == f"cannot copy it: {db}: Permission denied"
+    assert verdicts["gaps"] == [True, []]
+    assert verdicts["inputs_match"] == [True, []]
+
+
 def test_a_checkpointed_wal_store_read_by_root_gets_no_file_beside_it(
     demo: DemoLayout, tmp_path: Path
 ) -> None:

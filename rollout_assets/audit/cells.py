@@ -110,12 +110,30 @@ def _replicate_verdict(artifact: Any, error: Any) -> bool | None:
     return resolved if isinstance(resolved, bool) and error is None else None
 
 
-def _result_json(run_dir: str | None) -> dict[str, Any] | None:
-    # A relative runDir names no file (docs/input-formats.md).
+# docs/input-formats.md §1: a run folder's files count only where they resolve inside the round
+# or inside a root this variable names (colon-separated absolute paths).
+RUN_DIR_ROOTS = "ROLLOUT_RUN_DIR_ROOTS"
+
+
+def _allowed(path: Path, out_dir: Path) -> bool:
+    """Whether `path`, symlinks followed, is inside the round or a configured run folder root."""
+    real = os.path.realpath(path)
+    roots = [os.path.realpath(out_dir)] + [
+        os.path.realpath(root) for root in os.environ.get(RUN_DIR_ROOTS, "").split(":") if os.path.isabs(root)
+    ]
+    return any(real == root or real.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _result_json(run_dir: str | None, out_dir: Path) -> dict[str, Any] | None:
+    # A relative runDir names no file (docs/input-formats.md); nor does one whose result.json
+    # resolves outside the round and the configured roots.
     if run_dir is None or not os.path.isabs(run_dir):
         return None
+    path = Path(run_dir, "result.json")
     try:
-        result = input_json(read_regular_file(Path(run_dir, "result.json")))
+        if not _allowed(path, out_dir):
+            return None
+        result = input_json(read_regular_file(path))
     except (OSError, ValueError):
         return None
     return result if isinstance(result, dict) else None
@@ -144,10 +162,10 @@ def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, 
     return SUPERVISOR_GAP
 
 
-def _recount_campaign(candidate_id: str, campaign: Path, names: list[str]) -> CellsRecount:
+def _recount_campaign(out_dir: Path, candidate_id: str, campaign: Path, names: list[str]) -> CellsRecount:
     recount = CellsRecount(campaigns=[candidate_id] if campaign.is_dir() else [])
     for cell in _campaign_cells(candidate_id, campaign, names):
-        result = _result_json(cell.run_dir)
+        result = _result_json(cell.run_dir, out_dir)
         recovered = result.get("recoveredSpend") if result is not None else None
         listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
         cwds = (
@@ -173,10 +191,11 @@ def recount_cells(out_dir: Path, workers: int | None) -> CellsRecount:
     (reading two small JSON files per cell dominates the checks' recount of the inputs)."""
     # Each campaign listed once: the listing both sizes the round and names its cells.
     campaigns = [
-        (candidate_id, campaign, listdir(campaign)) for candidate_id, campaign in _campaign_dirs(out_dir)
+        (out_dir, candidate_id, campaign, listdir(campaign))
+        for candidate_id, campaign in _campaign_dirs(out_dir)
     ]
     workers = min(workers or len(os.sched_getaffinity(0)), len(campaigns))
-    total = sum(len(names) for _, _, names in campaigns)
+    total = sum(len(names) for _, _, _, names in campaigns)
     recount = CellsRecount()
     if workers <= 1 or total < _PARALLEL_MIN_CELLS:
         for campaign in campaigns:
@@ -206,7 +225,9 @@ def resolved_fractions(cells: CellsRecount) -> dict[str, int | float | None]:
         resolved = sum(
             1
             for instance, verdicts in replicates.items()
-            if instance in instances and len(verdicts) == reps and all(verdict is True for verdict in verdicts)
+            if instance in instances
+            and len(verdicts) == reps
+            and all(verdict is True for verdict in verdicts)
         )
         judged = any(
             instance in instances and any(verdict is not None for verdict in verdicts)

@@ -9,26 +9,26 @@ is held against what it says is (not) there:
 
     supervisor brain transcript not persisted   a supervisor line: brain.jsonl is stats only
     ...; result.json missing / lists no cwds    the audit's own reading of the cell's result.json
-    opencode store unavailable                  the audit cannot read the store either, and not
-                                                only because it was busy
+    opencode store unavailable [(<cause>)]      the audit cannot read the store either, and not
+                                                only because it was busy; with a cause, the store
+                                                is there (a file) and the audit cannot read it
     no opencode session found for worker cwd    the store the audit reads has no session of it
     opencode session S has no readable ...      one grouped count of S's message and part rows
     no claude transcript matched worktree W     no file of W's project folders qualifies
     claude transcript T matched ... no ...      T qualifies and holds no conversation message
     claude transcripts of W cannot be read      the audit cannot read that folder or file either
     (a joined proposer line)                    its transcript qualifies (shot_proofs.py)
+    (a joined worker line)                      it holds as many messages as its session's
+                                                rows make, by the audit's own count
+                                                (session_counts.py)
 
-A claim about an invocation the inputs do not name is judged as the line states it.
-
-Not yet proved: that a joined worker line holds as many messages as its session's rows make
-(the counting rule waits on the reader's rules). The place for it: the ledger pass records a
-worker line's message count beside its `claim_subjects`, `_claims` takes joined worker lines
-as claims of their own kind, `count_claimed_sessions` counts their sessions in the same one
-query (`stores.session_rows` takes any set of sessions), and `worker_problem` compares.
+A claim about an invocation the inputs do not name is judged as the line states it. The
+sessions said to be empty and those of the joined worker lines are counted in one query.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -43,7 +43,7 @@ from rollout_assets.audit.wording import (
     empty_session_gap,
     gap_kind,
     no_session_gap,
-    store_unavailable_gap,
+    store_unavailable_cause,
 )
 
 # The role whose lines may carry each kind of gap.
@@ -58,6 +58,7 @@ _ROLE_OF_KIND = {
     "claude_transcripts_unreadable": "proposer",
 }
 JOINED = "joined_proposer"  # not a gap: a proposer line holding its transcript
+JOINED_WORKER = "joined_worker"  # not a gap: a worker line holding its session's messages
 
 
 class _Claims:
@@ -68,8 +69,10 @@ class _Claims:
         self.inputs = inputs
         self.expected = {line.rollout_id: line for line in inputs.expected}
         self.subjects = {lineno: (cwd, ref) for lineno, cwd, ref in ledger.claim_subjects}
+        self.held = {lineno: count for lineno, _, _, count in ledger.worker_message_counts}
+        self.subjects.update((lineno, (cwd, ref)) for lineno, cwd, ref, _ in ledger.worker_message_counts)
         self.shots = ShotProofs(inputs.out_dir)
-        self.rows: dict[str, tuple[int, int]] | str = {}
+        self.rows: dict[str, tuple[int, int, int]] | str = {}
 
     def worker(self, seen: SeenLine) -> tuple[Any, Any]:
         """(cwd, session) of a worker line: its invocation's when the inputs name it, else as
@@ -84,14 +87,19 @@ class _Claims:
         return cwd, session
 
     def count_claimed_sessions(self, claims: list[tuple[SeenLine, str]]) -> None:
-        """The message and part rows of every session a line says is empty, in one query."""
-        claimed = {self.worker(seen)[1] for seen, kind in claims if kind == "opencode_session_empty"}
+        """The rows of every session a line says is empty, and the messages the rows of every
+        joined worker line's session make, in one query."""
+        claimed = {
+            self.worker(seen)[1] for seen, kind in claims if kind in ("opencode_session_empty", JOINED_WORKER)
+        }
         claimed.discard("-")
-        if claimed and self.inputs.store.readable and self.inputs.opencode_db is not None:
-            self.rows = session_rows(self.inputs.opencode_db, claimed)
+        if claimed and self.inputs.store.readable:
+            self.rows = session_rows(self.inputs.store, claimed)
 
     def problem(self, seen: SeenLine, kind: str) -> str | None:
         """What the inputs hold against the line's claim; None when they warrant it."""
+        if kind == JOINED_WORKER:
+            return self.joined_worker_problem(seen)
         if kind == JOINED:
             shot = self.inputs.shots.get(seen.rollout_id)
             if shot is None:
@@ -145,13 +153,17 @@ class _Claims:
         store, db = self.inputs.store, self.inputs.opencode_db
         sessions = store.sessions.get(cwd, []) if isinstance(cwd, str) else []
         if kind == "opencode_store_unavailable":
-            if seen.gap != store_unavailable_gap(str(cwd)):
+            named, cause = store_unavailable_cause(seen.gap, str(cwd))
+            if not named:
                 return f"the gap does not name the line's worker cwd {cwd}"
             if store.readable:
                 held = f"{len(sessions)} session(s)" if sessions else "no session"
                 return f"worker cwd {cwd}: the audit reads the opencode store {db}, which holds {held} of it"
             if store.busy:
                 return f"the opencode store {db} is there but was busy ({store.why}): a busy store is no unavailable one"
+            if cause is not None and not (db is not None and os.path.isfile(db)):
+                # A cause says the store is there but cannot be read: the audit found no file.
+                return f"the gap says the store is there but cannot be read ({cause}); the audit finds no file at {db}"
             return None
         if not store.readable:
             return f"worker cwd {cwd}: the audit cannot read the opencode store {db} ({store.why}), so it proves nothing of it"
@@ -167,7 +179,7 @@ class _Claims:
             return f"opencode session {session}: the store holds no such session of worker cwd {cwd}"
         if isinstance(self.rows, str):
             return f"opencode session {session}: the audit cannot count its rows ({self.rows})"
-        messages, parts = self.rows.get(session, (0, 0))
+        messages, parts, _ = self.rows.get(session, (0, 0, 0))
         if messages and parts:
             return (
                 f"opencode session {session}: the store holds {messages} message row(s) of it,"
@@ -176,23 +188,42 @@ class _Claims:
         return None
 
 
+    def joined_worker_problem(self, seen: SeenLine) -> str | None:
+        """A worker line holding messages holds as many as its session's rows make."""
+        cwd, session = self.worker(seen)
+        store, db = self.inputs.store, self.inputs.opencode_db
+        if not store.readable:
+            return f"worker cwd {cwd}: the audit cannot read the opencode store {db} ({store.why}), so it proves nothing of it"
+        if isinstance(self.rows, str):
+            return f"opencode session {session}: the audit cannot count its rows ({self.rows})"
+        held = self.held.get(seen.lineno, 0)
+        made = self.rows.get(session, (0, 0, 0))[2]
+        if held != made:
+            return f"opencode session {session}: the line holds {held} message(s), the store's rows make {made}"
+        return None
+
+
 def _claims(ledger: LedgerRecount) -> list[tuple[SeenLine, str]]:
-    """Every line with a gap (by the kind of its gap), and every proposer line with a transcript."""
+    """Every line with a gap (by the kind of its gap), every proposer line with a transcript and
+    every worker line with messages."""
     claims = []
     for seen in ledger.sequence:
         if seen.gap is not None:
             claims.append((seen, gap_kind(seen.gap)))
         elif seen.role == "proposer" and seen.has_messages:
             claims.append((seen, JOINED))
+        elif seen.role == "worker" and seen.has_messages:
+            claims.append((seen, JOINED_WORKER))
     return claims
 
 
 def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
-    """Every gap line's reason holds in the inputs, and every joined proposer line's transcript
-    qualifies for its shot; a failure names the line (file:line and rollout_id), the session or
+    """Every gap line's reason holds in the inputs, every joined proposer line's transcript
+    qualifies for its shot, and every joined worker line holds as many messages as its
+    session's rows make; a failure names the line (file:line and rollout_id), the session or
     transcript, and what the inputs hold instead. Reads beyond the shared recounts only what
-    the claims name: the rows of the sessions said to be empty (one query), the receipts and
-    transcript files of the proposer lines."""
+    the claims name: the rows of the sessions said to be empty or joined (one query), the
+    receipts and transcript files of the proposer lines."""
     if inputs.expected is None or inputs.claude_projects is None:
         raise ValueError("the inputs were recounted without the opencode store or the Claude projects folder")
     checker = _Claims(inputs, ledger)
@@ -214,8 +245,12 @@ def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> Audi
         missing=sum(unwarranted.values()),
         sample=problems,
         details={
-            "gap_lines": len(claims) - kinds[JOINED],
+            "gap_lines": len(claims) - kinds[JOINED] - kinds[JOINED_WORKER],
             "joined_proposer_lines": kinds[JOINED],
-            **{f"unwarranted_{kind}": unwarranted[kind] for kind in (*_ROLE_OF_KIND, "other", JOINED)},
+            "joined_worker_lines": kinds[JOINED_WORKER],
+            **{
+                f"unwarranted_{kind}": unwarranted[kind]
+                for kind in (*_ROLE_OF_KIND, "other", JOINED, JOINED_WORKER)
+            },
         },
     )

@@ -112,6 +112,9 @@ class LedgerRecount:
     # for the gap proofs, what they read beyond a SeenLine: (lineno, worker_cwd, transcript_ref)
     # of every valid worker line without messages and every valid proposer line, in order
     claim_subjects: list[tuple[int, Any, Any]] = field(default_factory=list)
+    # for the gap proofs' count of a joined worker line: (lineno, worker_cwd, transcript_ref, its
+    # number of messages) of every valid worker line with messages, in order
+    worker_message_counts: list[tuple[int, Any, Any, int]] = field(default_factory=list)
     # One tuple per distinct coordinates (a supervisor's workers share its), one string per
     # distinct role or gap: less to keep and to send back from a part's process. Caches of
     # one part's reading, never merged: the lines of a part merged in keep their own.
@@ -272,6 +275,12 @@ class LedgerRecount:
             metrics = outcome["metrics"]
             cwd = metrics.get("worker_cwd") if role == "worker" and isinstance(metrics, dict) else None
             self.claim_subjects.append((lineno, cwd, value["artifacts"]["transcript_ref"]))
+        elif role == "worker":
+            metrics = outcome["metrics"]
+            cwd = metrics.get("worker_cwd") if isinstance(metrics, dict) else None
+            self.worker_message_counts.append(
+                (lineno, cwd, value["artifacts"]["transcript_ref"], len(value["messages"]))
+            )
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
         self._check_reward_source(role, outcome, where)

@@ -1,19 +1,60 @@
 """The opencode store, read by the audit's own SQL (docs/input-formats.md §4): whether it is
 readable and, when not, why; the sessions of each worker cwd; and, for the sessions a ledger
-says hold nothing readable, one grouped count of their message and part rows."""
+makes claims about, one grouped count of their rows and of the messages those make.
+
+The audit reads its own private copy of the store, never the store itself: an SQLite open of
+a WAL store, even read-only, creates `-shm`/`-wal` beside it (inputs are never written) or
+fails in a folder the audit may not write. The copy (`StoreCopy`) is the database file with
+its `-wal` and `-journal`, copied under SQLite's own shared lock on the database file (so a
+writer in rollback-journal mode cannot change it meanwhile) and copied again when any of them
+changed during the copy; SQLite then replays the WAL or rolls back the hot journal in the
+copy, which gives the last committed state. The copy is removed when its reading is dropped.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import sqlite3
+import stat
+import struct
+import tempfile
+import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-# How long a read waits for a writer's lock before the store counts as busy.
+from rollout_assets.audit.session_counts import SESSION_COUNTS_QUERY
+
+
+# How long the copy waits for a writer's lock, or for the files to stop changing, before the
+# store counts as busy.
 _BUSY_TIMEOUT_S = 5.0
+_RETRY_S = 0.02
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_LOCKED = "database is locked"
+
+# SQLite's unix locks (os_unix.c): byte ranges of the database file. A reader holds a read
+# lock on the shared range; a writer about to write the file holds the pending byte, and
+# while writing it a write lock on the shared range.
+_PENDING_BYTE = 0x40000000
+_SHARED_FIRST = _PENDING_BYTE + 2
+_SHARED_SIZE = 510
+# Open-file-description locks conflict with SQLite's POSIX locks even in this process, and
+# closing this descriptor drops no lock an SQLite connection of this process holds.
+_SETLK = getattr(fcntl, "F_OFD_SETLK", fcntl.F_SETLK)
+_SIBLINGS = ("-wal", "-journal")
+
+
+class _Busy(Exception):
+    """A writer kept the store locked, or kept changing it, for longer than the copy waits."""
+
+
+class _CannotCopy(Exception):
+    """The store cannot be copied; the message says why, naming the file."""
 
 
 @dataclass
@@ -23,7 +64,117 @@ class StoreReading:
     readable: bool
     sessions: dict[str, list[str]] = field(default_factory=dict)  # cwd -> its session ids, oldest first
     why: str | None = None  # why it is not readable
-    busy: bool = False  # not readable only because another connection held it locked
+    busy: bool = False  # not readable only because another process held it locked or kept writing
+    # The private copy read, kept for the gap proofs' counts; no part of what was read.
+    copy: StoreCopy | None = field(default=None, compare=False, repr=False)
+
+
+class StoreCopy:
+    """A private copy of the store in a temporary folder, removed when dropped (or at exit)."""
+
+    def __init__(self, opencode_db: Path):
+        self.folder = tempfile.mkdtemp(prefix="rollout-audit-store-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
+        self.path = Path(self.folder) / "opencode.db"
+        try:
+            _copy_store(os.fsdecode(opencode_db), os.fsdecode(self.path))
+        except BaseException:
+            self.remove()
+            raise
+
+    def connect(self) -> sqlite3.Connection:
+        """The copy, as bytes; writable, so SQLite may replay its WAL or roll back its journal."""
+        uri = f"file:{quote(os.fsencode(self.path))}"
+        connection = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
+        connection.text_factory = bytes
+        return connection
+
+    def remove(self) -> None:
+        self._cleanup()
+
+
+def _state(path: str) -> tuple[int, int, int, int] | None:
+    """What tells a changed file: None when it is not there."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _CannotCopy(f"{path}: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        # A FIFO there would block the copy, and SQLite's open, for ever.
+        raise _CannotCopy(f"{path} is there but is no regular file")
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def _lock(descriptor: int, kind: int, start: int, length: int) -> bool:
+    try:
+        fcntl.fcntl(descriptor, _SETLK, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, length, 0))
+    except OSError as error:
+        if error.errno in (11, 13):  # EAGAIN, EACCES: another process holds a conflicting lock
+            return False
+        raise
+    return True
+
+
+def _shared_lock(descriptor: int) -> bool:
+    """SQLite's SHARED lock, taken as SQLite takes it (through the pending byte)."""
+    if not _lock(descriptor, fcntl.F_RDLCK, _PENDING_BYTE, 1):
+        return False
+    try:
+        return _lock(descriptor, fcntl.F_RDLCK, _SHARED_FIRST, _SHARED_SIZE)
+    finally:
+        _lock(descriptor, fcntl.F_UNLCK, _PENDING_BYTE, 1)
+
+
+def _copy_file(source: str, target: str) -> None:
+    try:
+        descriptor = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # a journal or WAL gone since it was looked at: the next state check sees it
+    except OSError as error:
+        raise _CannotCopy(f"{source}: {error.strerror or error}") from None
+    try:
+        with open(descriptor, "rb", closefd=False) as reading, open(target, "wb") as writing:
+            shutil.copyfileobj(reading, writing, 1 << 20)
+    except OSError as error:
+        raise _CannotCopy(f"{source}: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
+
+
+def _copy_store(store: str, copy: str) -> None:
+    """The database file and its -wal / -journal, as one state: copied again while a writer's
+    lock keeps the shared lock out or any file changed during the copy, up to the bound."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    why = _LOCKED
+    while True:
+        try:
+            descriptor = os.open(store, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as error:
+            raise _CannotCopy(f"{store}: {error.strerror or error}") from None
+        try:
+            if _state(store) is None:
+                raise _CannotCopy(f"{store}: no such file")
+            if _shared_lock(descriptor):
+                names = (store, *(store + suffix for suffix in _SIBLINGS))
+                before = [_state(name) for name in names]
+                for name, suffix in zip(names, ("", *_SIBLINGS)):
+                    if before[names.index(name)] is not None:
+                        _copy_file(name, copy + suffix)
+                if [_state(name) for name in names] == before:
+                    return
+                why = "a writer kept changing it while the audit copied it"
+                for suffix in _SIBLINGS:
+                    if os.path.lexists(copy + suffix):
+                        os.unlink(copy + suffix)
+            else:
+                why = _LOCKED
+        finally:
+            os.close(descriptor)  # drops the shared lock (an open-file-description lock)
+        if time.monotonic() >= deadline:
+            raise _Busy(why)
+        time.sleep(_RETRY_S)
 
 
 def opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, dict[str, list[str]]]:
@@ -32,31 +183,17 @@ def opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, d
     return reading.readable, reading.sessions
 
 
-def _connect(opencode_db: Path) -> sqlite3.Connection:
-    """Read-only, as bytes. Refused before SQLite opens a journal, WAL or shared-memory file
-    beside the store that is no regular file: a FIFO there would block the open for ever."""
-    for suffix in ("-journal", "-wal", "-shm"):
-        sibling = f"{os.fsdecode(opencode_db)}{suffix}"
-        if os.path.lexists(sibling) and not os.path.isfile(sibling):
-            raise sqlite3.OperationalError(f"{sibling} is there but is no regular file")
-    # Bytes: a path holding a byte that is not UTF-8 (surrogate-escaped) reaches SQLite as is.
-    uri = f"file:{quote(os.fsencode(opencode_db.resolve()))}?mode=ro"
-    connection = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
-    connection.text_factory = bytes
-    return connection
-
-
 def _is_busy(error: sqlite3.Error) -> bool:
     code = getattr(error, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
 def read_store(opencode_db: Path, directories: set[str]) -> StoreReading:
-    """The store by this module's own SQL. Readable as docs/input-formats.md §4 has it: the file
-    opens as a database with a `session` table (`id`, `directory`), a `message` and a `part`
-    table, and its first read, the whole session table, succeeds. Not readable, it says why,
-    and whether only a lock held by another connection kept it out (a busy store is not an
-    unavailable one).
+    """The store by this module's own SQL, on the audit's private copy of it. Readable as
+    docs/input-formats.md §4 has it: the file opens as a database with a `session` table (`id`,
+    `directory`), a `message` and a `part` table, and its first read, the whole session table,
+    succeeds. Not readable, it says why, and whether only a writer that kept the store locked
+    or kept changing it kept the audit out (a busy store is not an unavailable one).
 
     A session belongs to a cwd when its `directory` equals the cwd as SQLite compares the
     join's bound text: TEXT whose bytes are the cwd's UTF-8 bytes. Stored bytes that are not
@@ -69,19 +206,30 @@ def read_store(opencode_db: Path, directories: set[str]) -> StoreReading:
     if not directories:
         return StoreReading(True)
     try:
-        connection = _connect(opencode_db)
+        copy = StoreCopy(opencode_db)
+    except _Busy as why:
+        return StoreReading(False, why=str(why), busy=True)
+    except _CannotCopy as why:
+        return StoreReading(False, why=f"cannot copy it: {why}")
+    except OSError as error:  # the private folder
+        return StoreReading(False, why=f"cannot copy it: {error}")
+    try:
+        connection = copy.connect()
     except sqlite3.Error as error:
+        copy.remove()
         return StoreReading(False, why=str(error), busy=_is_busy(error))
     try:
         columns = {
             row[1].decode("utf-8", "replace") for row in connection.execute("PRAGMA table_info(session)")
         }
         if not {"id", "directory"} <= columns:
+            copy.remove()
             return StoreReading(False, why="no session table with an id and a directory column")
         connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
         connection.execute("SELECT 1 FROM part LIMIT 1").fetchall()
-        return StoreReading(True, _sessions_by_directory(connection, columns, directories))
+        return StoreReading(True, _sessions_by_directory(connection, columns, directories), copy=copy)
     except sqlite3.Error as error:
+        copy.remove()
         return StoreReading(False, why=str(error), busy=_is_busy(error))
     finally:
         connection.close()
@@ -109,36 +257,11 @@ def _sessions_by_directory(
     return sessions
 
 
-# A message row makes a chat message (docs/input-formats.md §4) only when its data is a JSON
-# object whose role is user or assistant; a part row only when its data is a JSON object that
-# carries something: a non-empty text (not marked ignored), or in an assistant message a
-# non-empty reasoning text or a tool call with a call id. A narrow rule on purpose: a part it
-# counts makes a message under any reading of the docs, so a session it finds such a part in
-# cannot be one "with no readable message parts".
-_MESSAGE = "CAST(m.data AS TEXT)"
-_PART = "CAST(p.data AS TEXT)"
-_ROLE = f"json_extract({_MESSAGE}, '$.role')"
-_NON_EMPTY_TEXT = f"json_type({_PART}, '$.text') = 'text' AND json_extract({_PART}, '$.text') <> ''"
-_COUNT_QUERY = f"""
-SELECT m.session_id, count(DISTINCT m.id), count(DISTINCT CASE WHEN
-    json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} IN ('user', 'assistant')
-    AND json_valid({_PART}) AND json_type({_PART}) = 'object' AND (
-        (json_extract({_PART}, '$.type') = 'text' AND {_NON_EMPTY_TEXT}
-            AND json_type({_PART}, '$.ignored') IS NOT 'true')
-        OR ({_ROLE} = 'assistant' AND json_extract({_PART}, '$.type') = 'reasoning' AND {_NON_EMPTY_TEXT})
-        OR ({_ROLE} = 'assistant' AND json_extract({_PART}, '$.type') = 'tool'
-            AND json_type({_PART}, '$.callID') = 'text')
-    ) THEN p.id END)
-FROM message AS m LEFT JOIN part AS p ON p.message_id = m.id
-WHERE m.session_id IN (SELECT value FROM json_each(?))
-GROUP BY m.session_id
-"""
-
-
-def session_rows(opencode_db: Path, session_ids: set[str]) -> dict[str, tuple[int, int]] | str:
+def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
     """For each of `session_ids` that has message rows: (its message rows, its part rows that make
-    a message); by one grouped query, whatever the number of sessions. A string saying why
-    when the store cannot be read."""
+    a message by the narrow rule, the chat messages its rows make); by one grouped query on the
+    copy `read_store` read (session_counts.py), whatever the number of sessions. A string
+    saying why when the copy cannot be read."""
     # A lone surrogate has no UTF-8 form: no stored id equals it.
     wanted = []
     for session_id in sorted(session_ids):
@@ -149,18 +272,20 @@ def session_rows(opencode_db: Path, session_ids: set[str]) -> dict[str, tuple[in
         wanted.append(session_id)
     if not wanted:
         return {}
+    if reading.copy is None:
+        return reading.why or "the audit kept no copy of the store"
     try:
-        connection = _connect(opencode_db)
+        connection = reading.copy.connect()
     except sqlite3.Error as error:
         return str(error)
     try:
-        rows = connection.execute(_COUNT_QUERY, (json.dumps(wanted, ensure_ascii=False),)).fetchall()
+        rows = connection.execute(SESSION_COUNTS_QUERY, (json.dumps(wanted, ensure_ascii=False),)).fetchall()
     except sqlite3.Error as error:
         return str(error)
     finally:
         connection.close()
     return {
-        session_id.decode("utf-8", "replace"): (messages, parts)
-        for session_id, messages, parts in rows
+        session_id.decode("utf-8", "replace"): (messages, parts, made)
+        for session_id, messages, parts, made in rows
         if isinstance(session_id, bytes)
     }

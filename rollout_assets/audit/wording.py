@@ -36,7 +36,19 @@ SUPERVISOR_GAP_UNLISTED = (
 
 
 def store_unavailable_gap(cwd: str) -> str:
+    """The wording without a cause; a gap may add ` (<path>: <why>)` when the store is there
+    but could not be read (`store_unavailable_cause`)."""
     return f"opencode store unavailable; worker cwd {cwd} unrecoverable"
+
+
+def store_unavailable_cause(gap: str | None, cwd: str) -> tuple[bool, str | None]:
+    """(whether `gap` is the store-unavailable gap of `cwd`, the cause it gives if any)."""
+    plain = store_unavailable_gap(cwd)
+    if gap == plain:
+        return True, None
+    if gap is not None and gap.startswith(plain + " (") and gap.endswith(")") and len(gap) > len(plain) + 3:
+        return True, gap[len(plain) + 2 : -1]
+    return False, None
 
 
 def no_session_gap(cwd: str) -> str:
@@ -66,7 +78,7 @@ EMPTY_TRANSCRIPT_GAP = re.compile(
 _GAP_KINDS = (
     (
         "opencode_store_unavailable",
-        re.compile(r"opencode store unavailable; worker cwd .* unrecoverable\Z", re.DOTALL),
+        re.compile(r"opencode store unavailable; worker cwd .* unrecoverable(?: \(.+\))?\Z", re.DOTALL),
     ),
     ("no_opencode_session", re.compile(r"no opencode session found for worker cwd ")),
     ("opencode_session_empty", re.compile(r"opencode session .* has no readable message parts\Z", re.DOTALL)),

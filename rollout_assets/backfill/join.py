@@ -67,8 +67,8 @@ def cell_rows(manifest: RoundManifest, context: LineContext) -> Iterator[CellRow
     """Stage 1: every cell's supervisor line and worker cwds, in ledger order."""
     for entry in manifest.entries:
         for cell in entry.cells:
-            result = read_supervisor_result(cell.run_dir)
-            verdict = read_judge_verdict(cell.run_dir)
+            result = read_supervisor_result(cell)
+            verdict = read_judge_verdict(cell)
             line = supervisor_line(context, entry, cell, result=result, verdict=verdict)
             yield CellRow(supervisor=line, worker_cwds=worker_cwds_of(result))
 

@@ -1,14 +1,74 @@
 """The files of a cell's arm run directory (its `artifact.runDir`): the supervisor's
 `result.json`, with the worker cwds it lists, and the judge's `judge.json`
 (docs/input-formats.md §1). Missing or unreadable files read as None: the join turns them
-into gap lines."""
+into gap lines.
+
+A run folder's files are read only where they resolve (symlinks followed) inside the round or
+inside a root named by ROLLOUT_RUN_DIR_ROOTS: a runDir, or a judge.json symlinked, elsewhere
+(a credentials file, another user's folder) would copy that file into the ledger. Such a file
+reads as None (the supervisor's gap then says its workers cannot be listed; its verdict is
+null) and a warning names it, never its content."""
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rollout_assets.io import is_number, is_record, read_json_or_none
+
+if TYPE_CHECKING:
+    from rollout_assets.sources.round.cells import CellRecord
+
+# Folders outside the round where run folders may live, colon-separated absolute paths.
+RUN_DIR_ROOTS_ENV = "ROLLOUT_RUN_DIR_ROOTS"
+_LOG = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the folders already warned about, once a process
+
+
+def run_dir_roots() -> list[str]:
+    """The real paths of the roots ROLLOUT_RUN_DIR_ROOTS names (absolute entries only: a
+    relative one would depend on the folder the backfill runs in)."""
+    raw = os.environ.get(RUN_DIR_ROOTS_ENV, "")
+    return [os.path.realpath(root) for root in raw.split(":") if os.path.isabs(root)]
+
+
+def round_of_cell(cell_cache: Path) -> Path | None:
+    """The round (outDir) a cell cache belongs to: the folder holding its `improve-run`."""
+    for folder in cell_cache.parents:
+        if folder.name == "improve-run":
+            return folder.parent
+    return None
+
+
+def _inside(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def contained_run_dir_file(run_dir: str | None, name: str, round_dir: Path | None) -> str | None:
+    """`<runDir>/<name>` when it resolves inside the round or a configured root; None (and a
+    warning, once a folder) when it resolves anywhere else."""
+    path = run_dir_file(run_dir, name)
+    if path is None:
+        return None
+    real = os.path.realpath(path)
+    roots = run_dir_roots()
+    if round_dir is not None:
+        roots.append(os.path.realpath(round_dir))
+    if any(_inside(real, root) for root in roots):
+        return path
+    folder = os.path.dirname(real)
+    if folder not in _WARNED:
+        _WARNED.add(folder)
+        _LOG.warning(
+            "%s resolves to %s, outside the round %s and the run folder roots (%s): not read",
+            path,
+            real,
+            round_dir,
+            RUN_DIR_ROOTS_ENV,
+        )
+    return None
 
 
 def run_dir_file(run_dir: str | None, name: str) -> str | None:
@@ -28,18 +88,28 @@ def run_dir_file(run_dir: str | None, name: str) -> str | None:
     return os.path.join(run_dir, name)
 
 
-def read_supervisor_result(run_dir: str | None) -> dict[str, Any] | None:
-    """`<runDir>/result.json` as an object, or None when absent, unreadable or not an object."""
-    path = run_dir_file(run_dir, "result.json")
+def _cell_file(cell: CellRecord | str | None, name: str) -> str | None:
+    """A cell's run folder file; a bare runDir (no cell, so no round) is read only inside the
+    configured roots."""
+    if cell is None or isinstance(cell, str):
+        return contained_run_dir_file(cell, name, None)
+    return contained_run_dir_file(cell.run_dir, name, round_of_cell(cell.path))
+
+
+def read_supervisor_result(cell: CellRecord | str | None) -> dict[str, Any] | None:
+    """The cell's `<runDir>/result.json` as an object, or None when absent, unreadable, not an
+    object or outside the round and the run folder roots."""
+    path = _cell_file(cell, "result.json")
     if path is None:
         return None
     result = read_json_or_none(path)
     return result if is_record(result) else None
 
 
-def read_judge_verdict(run_dir: str | None) -> Any:
-    """`<runDir>/judge.json` verbatim, or None when absent or unreadable."""
-    path = run_dir_file(run_dir, "judge.json")
+def read_judge_verdict(cell: CellRecord | str | None) -> Any:
+    """The cell's `<runDir>/judge.json` verbatim, or None when absent, unreadable or outside the
+    round and the run folder roots."""
+    path = _cell_file(cell, "judge.json")
     return read_json_or_none(path) if path is not None else None
 
 
