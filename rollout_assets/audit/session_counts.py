@@ -1,5 +1,6 @@
-"""The audit's own count of the chat messages a session's rows make, as SQL: one grouped query
-over any set of sessions (`SESSION_COUNTS_QUERY`, run by stores.session_rows).
+"""The audit's own count of the chat messages a session's rows make: one pass over the message
+rows and one over the part rows of any set of sessions (`session_counts`, run by
+stores.session_rows), each row's JSON parsed once.
 
 Counted by opencode's rules for what it hands the model (docs/input-formats.md §4), written
 out here as row predicates, not taken from the reader:
@@ -20,7 +21,7 @@ out here as row predicates, not taken from the reader:
   records a non-empty `system`: a non-empty string, or a list whose strings join to a
   non-empty text.
 
-The query also gives, for the gap proofs of "has no readable message parts", the session's
+The pass also gives, for the gap proofs of "has no readable message parts", the session's
 message rows and the part rows that make a message by a narrower rule that holds under any
 reading of the docs: a non-empty text (not ignored), or in an assistant message a non-empty
 reasoning text or a tool call with a call id.
@@ -28,101 +29,158 @@ reasoning text or a tool call with a call id.
 
 from __future__ import annotations
 
-_MESSAGE = "CAST(m.data AS TEXT)"
-_PART = "CAST(p.data AS TEXT)"
-_ROLE = f"json_extract({_MESSAGE}, '$.role')"
-_NON_EMPTY_TEXT = f"json_type({_PART}, '$.text') = 'text' AND json_extract({_PART}, '$.text') <> ''"
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
 
-# Whether a message row's data is one the counts read: a JSON object whose role is user or assistant.
-_CHAT = f"json_valid({_MESSAGE}) AND json_type({_MESSAGE}) = 'object' AND {_ROLE} IN ('user', 'assistant')"
+import orjson
 
-# Whether an assistant message's error is set (not null, false, 0, "", [] or {}).
-_ERROR_SET = f"""(
-    json_type({_MESSAGE}, '$.error') IS NOT NULL
-    AND json_type({_MESSAGE}, '$.error') NOT IN ('null', 'false')
-    AND NOT (json_type({_MESSAGE}, '$.error') IN ('integer', 'real') AND json_extract({_MESSAGE}, '$.error') = 0)
-    AND NOT (json_type({_MESSAGE}, '$.error') = 'text' AND json_extract({_MESSAGE}, '$.error') = '')
-    AND NOT (json_type({_MESSAGE}, '$.error') IN ('array', 'object')
-        AND json_extract({_MESSAGE}, '$.error') IN ('[]', '{{}}'))
-)"""
-_ABORTED = (
-    f"json_type({_MESSAGE}, '$.error') = 'object'"
-    f" AND json_extract({_MESSAGE}, '$.error.name') = 'MessageAbortedError'"
+# Row order: messages by id, parts by their message's id and then their own, so the two streams
+# are walked side by side and no message of the round is held beyond the one being counted.
+_MESSAGES = "SELECT session_id, id, data FROM message WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY id"
+_PARTS = (
+    "SELECT message_id, id, data FROM part WHERE message_id IN "
+    "(SELECT id FROM message WHERE session_id IN (SELECT value FROM json_each(?))) ORDER BY message_id, id"
 )
-_SYSTEM = f"""(
-    (json_type({_MESSAGE}, '$.system') = 'text' AND json_extract({_MESSAGE}, '$.system') <> '')
-    OR (json_type({_MESSAGE}, '$.system') = 'array' AND (
-        SELECT count(*) >= 2 OR max(s.value <> '') FROM json_each({_MESSAGE}, '$.system') AS s WHERE s.type = 'text'
-    ))
-)"""
+_NOT_SENT_AS_FILES = ("text/plain", "application/x-directory")
 
-# Each message row of the sessions asked for, read once; then each part of its chat messages,
-# read once; every count below is taken from these two.
-SESSION_COUNTS_QUERY = f"""
-WITH wanted(value) AS (SELECT value FROM json_each(?)),
-messages AS MATERIALIZED (
-    SELECT m.session_id AS session_id, m.id AS message_id,
-        CASE WHEN {_CHAT} THEN {_ROLE} END AS role,
-        CASE WHEN {_CHAT} AND {_ROLE} = 'assistant' THEN {_ERROR_SET} END AS error_set,
-        CASE WHEN {_CHAT} AND {_ROLE} = 'assistant' THEN {_ABORTED} END AS aborted,
-        CASE WHEN {_CHAT} AND {_ROLE} = 'assistant' THEN {_SYSTEM} END AS system
-    FROM message AS m WHERE m.session_id IN (SELECT value FROM wanted)
-),
-parts AS MATERIALIZED (
-    SELECT g.session_id AS session_id, g.message_id AS message_id, g.role AS role, p.id AS part_id,
-        json_extract({_PART}, '$.type') AS type,
-        json_type({_PART}, '$.text') = 'text' AS has_text,
-        {_NON_EMPTY_TEXT} AS non_empty_text,
-        json_type({_PART}, '$.ignored') IS 'true' AS ignored,
-        json_extract({_PART}, '$.mime') AS mime,
-        json_type({_PART}, '$.callID') = 'text' AS has_call_id
-    FROM messages AS g JOIN part AS p ON p.message_id = g.message_id
-    WHERE g.role IS NOT NULL AND json_valid({_PART}) AND json_type({_PART}) = 'object'
-),
-sent AS (
-    SELECT g.message_id AS message_id, g.session_id AS session_id, g.role AS role, max(
-        (p.type IS 'text' AND p.has_text AND NOT p.ignored)
-        OR (p.type IS 'file' AND coalesce(p.mime NOT IN ('text/plain', 'application/x-directory'), 1))
-        OR p.type IN ('compaction', 'subtask')
-    ) AS user_sent
-    FROM messages AS g JOIN parts AS p ON p.message_id = g.message_id
-    GROUP BY g.message_id
-    HAVING g.role = 'user' OR NOT g.error_set
-        OR (g.aborted AND max(coalesce(p.type NOT IN ('step-start', 'reasoning'), 1)))
-),
-steps AS (
-    SELECT session_id,
-        (max(type IS 'text' AND non_empty_text) OR sum(type IS 'text' AND has_text) >= 2
-            OR max(type IS 'reasoning' AND non_empty_text)) AS speaks,
-        sum(type IS 'tool' AND has_call_id) AS calls
-    FROM (
-        SELECT p.*, sum(p.type IS 'step-start') OVER (
-            PARTITION BY p.message_id ORDER BY p.part_id ROWS UNBOUNDED PRECEDING
-        ) AS step
-        FROM parts AS p JOIN sent AS s ON s.message_id = p.message_id AND s.role = 'assistant'
-    )
-    GROUP BY message_id, step
-),
-conversation AS (
-    SELECT session_id, user_sent AS made FROM sent WHERE role = 'user'
-    UNION ALL
-    SELECT session_id, (speaks OR calls > 0) + calls FROM steps
-),
-made AS (
-    SELECT session_id, sum(made) AS made FROM conversation GROUP BY session_id
-),
-narrow AS (
-    SELECT session_id, count(DISTINCT part_id) AS parts FROM parts
-    WHERE (type IS 'text' AND non_empty_text AND NOT ignored)
-        OR (role = 'assistant' AND type IS 'reasoning' AND non_empty_text)
-        OR (role = 'assistant' AND type IS 'tool' AND has_call_id)
-    GROUP BY session_id
-),
-rows AS (
-    SELECT session_id, count(DISTINCT message_id) AS messages, max(system) AS system
-    FROM messages GROUP BY session_id
-)
-SELECT r.session_id, r.messages, coalesce(n.parts, 0),
-    coalesce(d.made, 0) + (coalesce(d.made, 0) > 0 AND coalesce(r.system, 0))
-FROM rows AS r LEFT JOIN narrow AS n ON n.session_id = r.session_id LEFT JOIN made AS d ON d.session_id = r.session_id
-"""
+
+@dataclass
+class _Session:
+    rows: int = 0  # message rows
+    system: bool = False  # an assistant message records a non-empty system prompt
+    narrow: int = 0  # part rows that make a message by the narrow rule
+    made: int = 0  # chat messages the rows make
+
+
+@dataclass(frozen=True)
+class _Message:
+    session_id: Any
+    role: str
+    error_set: bool
+    aborted: bool
+
+
+def _object(data: Any) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(data)
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _error_set(error: Any) -> bool:
+    """Set: present and not null, false, 0, "", [] or {}."""
+    if error is None or error is False:
+        return False
+    if isinstance(error, int | float) and not isinstance(error, bool) and error == 0:
+        return False
+    return error not in ("", [], {})
+
+
+def _system(system: Any) -> bool:
+    if isinstance(system, str):
+        return system != ""
+    if isinstance(system, list):
+        texts = [item for item in system if isinstance(item, str)]
+        return len(texts) >= 2 or any(texts)
+    return False
+
+
+def _chat_message(session_id: Any, data: Any) -> _Message | None:
+    message = _object(data)
+    if message is None or message.get("role") not in ("user", "assistant"):
+        return None
+    error = message.get("error")
+    aborted = isinstance(error, dict) and error.get("name") == "MessageAbortedError"
+    return _Message(session_id, message["role"], message["role"] == "assistant" and _error_set(error), aborted)
+
+
+def _non_empty_text(part: dict[str, Any]) -> bool:
+    return isinstance(part.get("text"), str) and part["text"] != ""
+
+
+def _narrow(role: str, part: dict[str, Any]) -> bool:
+    kind = part.get("type")
+    if kind == "text" and _non_empty_text(part) and part.get("ignored") is not True:
+        return True
+    if role != "assistant":
+        return False
+    return (kind == "reasoning" and _non_empty_text(part)) or (kind == "tool" and isinstance(part.get("callID"), str))
+
+
+def _user_made(parts: list[dict[str, Any]]) -> int:
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str) and part.get("ignored") is not True:
+            return 1
+        if kind == "file" and (part.get("mime") is None or part.get("mime") not in _NOT_SENT_AS_FILES):
+            return 1
+        if kind in ("compaction", "subtask"):
+            return 1
+    return 0
+
+
+def _assistant_made(parts: list[dict[str, Any]]) -> int:
+    """Steps start at each step-start part; a step that speaks is one message, and each tool
+    call with a call id one more (its tool result)."""
+    made, steps = 0, [[]]
+    for part in parts:
+        if part.get("type") == "step-start":
+            steps.append([])
+        steps[-1].append(part)
+    for step in steps:
+        if not step:
+            continue
+        texts = [part for part in step if part.get("type") == "text" and isinstance(part.get("text"), str)]
+        speaks = any(part["text"] != "" for part in texts) or len(texts) >= 2 or any(
+            part.get("type") == "reasoning" and _non_empty_text(part) for part in step
+        )
+        calls = sum(part.get("type") == "tool" and isinstance(part.get("callID"), str) for part in step)
+        made += (speaks or calls > 0) + calls
+    return made
+
+
+def _messages(connection: sqlite3.Connection, wanted: str, sessions: dict[Any, _Session]) -> Iterator[tuple[Any, _Message | None]]:
+    for session_id, message_id, data in connection.execute(_MESSAGES, (wanted,)):
+        counts = sessions.setdefault(session_id, _Session())
+        counts.rows += 1
+        message = _chat_message(session_id, data)
+        if message is not None and message.role == "assistant":
+            counts.system = counts.system or _system((_object(data) or {}).get("system"))
+        yield message_id, message
+
+
+def session_counts(connection: sqlite3.Connection, wanted: str) -> list[tuple[Any, int, int, int]]:
+    """(session id, its message rows, its narrow part rows, the chat messages its rows make)
+    for each session of `wanted` (a JSON list of ids) that has message rows."""
+    sessions: dict[Any, _Session] = {}
+    messages = _messages(connection, wanted, sessions)
+    parts = groupby(connection.execute(_PARTS, (wanted,)), key=lambda row: row[0])
+    for message_id, rows in parts:
+        message = None
+        for candidate_id, candidate in messages:  # messages without parts are passed over
+            if candidate_id == message_id:
+                message = candidate
+                break
+        if message is None:
+            continue
+        objects = [part for part in (_object(data) for _, _, data in rows) if part is not None]
+        if not objects:
+            continue
+        counts = sessions[message.session_id]
+        counts.narrow += sum(_narrow(message.role, part) for part in objects)
+        if message.role == "user":
+            counts.made += _user_made(objects)
+        elif not message.error_set or (
+            message.aborted and any(part.get("type") not in ("step-start", "reasoning") for part in objects)
+        ):
+            counts.made += _assistant_made(objects)
+    for _ in messages:  # the rows of messages after the last one with parts
+        pass
+    return [
+        (session_id, counts.rows, counts.narrow, counts.made + (counts.made > 0 and counts.system))
+        for session_id, counts in sessions.items()
+    ]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from rollout_assets.audit.session_counts import SESSION_COUNTS_QUERY
+from rollout_assets.audit.session_counts import session_counts
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -279,7 +279,7 @@ def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tupl
     except sqlite3.Error as error:
         return str(error)
     try:
-        rows = connection.execute(SESSION_COUNTS_QUERY, (json.dumps(wanted, ensure_ascii=False),)).fetchall()
+        rows = session_counts(connection, json.dumps(wanted, ensure_ascii=False))
     except sqlite3.Error as error:
         return str(error)
     finally:
