@@ -191,6 +191,9 @@ def prepare_scale(workdir: Path, scale: int, args: argparse.Namespace) -> Prepar
                       str(root / "training")], None),
         "training_checks": ([str(BIN / "python"), "bench/training_step.py", "checks", str(root / "cli-ledger.jsonl"),
                              str(root / "training")], None),
+        # What every Dagster run of the project holds before its first step: the definitions'
+        # imports (Dagster, and pyarrow and pandas for the training and release assets).
+        "dagster_imports": ([str(BIN / "python"), "-c", "import rollout_assets.definitions"], env),
         "dagster": ([str(BIN / "dagster"), "asset", "materialize", "-m", "rollout_assets.definitions",
                      "--select", "group:rounds", "--partition", out_dir.name], env),
     }
@@ -256,6 +259,7 @@ def summarize(prepared: Prepared, runs: Runs, memory: dict[str, Measured], args:
         "dagster_s": dagster.wall_s,
         "dagster_cpu_s": dagster.cpu_s,
         "dagster_rss_mib": memory["dagster"].peak_rss_mib,
+        "dagster_imports_rss_mib": memory["dagster_imports"].peak_rss_mib,
         "dagster_run_s": step_times["run_s"],
         "dagster_steps": step_times["steps"],
         "dagster_check_steps": step_times["checks"],
@@ -311,6 +315,16 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
             f"| x{r['scale']} | {r['training_s']:.1f} | {r['training_s'] / r['backfill_s']:.2f} | {r['training_rss_mib']:.0f} "
             f"| {r['training_checks_s']:.1f} | {r['training_checks_s'] / r['backfill_s']:.2f} | {r['training_checks_rss_mib']:.0f} |"
         )
+    lines += [
+        "",
+        "Memory of the Dagster materialization against what the definitions' imports alone hold (one process",
+        "importing `rollout_assets.definitions`, nothing run; PSS): the part of the peak a round can change.",
+        "",
+        "| scale | imports MiB | Dagster peak MiB | above the imports MiB |",
+        "|---|---|---|---|",
+        *(f"| x{r['scale']} | {r['dagster_imports_rss_mib']:.0f} | {r['dagster_rss_mib']:.0f} "
+          f"| {r['dagster_rss_mib'] - r['dagster_imports_rss_mib']:.0f} |" for r in results),
+    ]
     lines += ["", "Growth against x1 (time ratio; linear would equal the scale):", ""]
     for r in results[1:]:
         lines.append(
