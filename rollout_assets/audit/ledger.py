@@ -5,6 +5,7 @@ order."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
 import os
@@ -359,9 +360,16 @@ def recount_ledger(
     if workers <= 1 or size < parallel_from_bytes:
         return _recount_part(ledger_path, 0, size, 1)
     first, *rest = _parts(ledger_path, size, workers)
-    with ProcessPoolExecutor(max_workers=len(rest), mp_context=multiprocessing.get_context("fork")) as pool:
-        later = [pool.submit(_recount_part, ledger_path, *part) for part in rest]
-        recount = _recount_part(ledger_path, *first)
-        for future in later:
-            merge_counters(recount, future.result())
+    # A forked child shares its parent's pages until either writes them, and the collector
+    # writes to every object it visits: frozen, the parent's objects (a Dagster run's, hundreds
+    # of MB) are left alone by it, in the child and here, and stay shared.
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(max_workers=len(rest), mp_context=multiprocessing.get_context("fork")) as pool:
+            later = [pool.submit(_recount_part, ledger_path, *part) for part in rest]
+            recount = _recount_part(ledger_path, *first)
+            for future in later:
+                merge_counters(recount, future.result())
+    finally:
+        gc.unfreeze()
     return recount
