@@ -12,9 +12,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckKey,
     AssetKey,
     AssetRecordsFilter,
+    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -135,31 +137,72 @@ def _ledger_materialized(instance: DagsterInstance, round_key: str) -> bool:
     return bool(instance.fetch_materializations(records_filter, limit=1).records)
 
 
+def _verdicts_of_the_ledgers_run(
+    instance: DagsterInstance, round_key: str, names: Iterable[str]
+) -> dict[str, bool]:
+    """The verdicts (passed or not) on the round's latest ledger of the checks `names`, by name,
+    as the run that wrote that ledger evaluated them; a check it did not evaluate is left out."""
+    ledger = _latest_materialization(instance, ROLLOUT_LEDGER, round_key)
+    if ledger is None:
+        return {}
+    verdicts: dict[str, bool] = {}
+    for entry in instance.all_logs(ledger.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
+        evaluation = entry.dagster_event.event_specific_data if entry.dagster_event else None
+        if not isinstance(evaluation, AssetCheckEvaluation):
+            continue
+        target = evaluation.target_materialization_data
+        if (
+            evaluation.asset_key == ROLLOUT_LEDGER
+            and evaluation.partition == round_key
+            and evaluation.check_name in names
+            and (target is None or target.storage_id == ledger.storage_id)
+        ):
+            verdicts[evaluation.check_name] = evaluation.passed  # in order: the last one stands
+    return verdicts
+
+
+def _round_ledger_checks(
+    instance: DagsterInstance, round_key: str, blocking: list[AssetCheckKey], infos: dict[tuple, Any]
+) -> LedgerChecks:
+    found = [infos[round_key, check] for check in blocking if (round_key, check) in infos]
+    # An evaluation's record knows the ledger's latest materialization; without one, ask.
+    if found:
+        materialized = any(info.latest_materialization_storage_id is not None for info in found)
+    else:
+        materialized = _ledger_materialized(instance, round_key)
+    verdicts: dict[str, bool] = {}  # by check name; a check not evaluated on the latest ledger is left out
+    planned: list[str] = []
+    for check in blocking:
+        info = infos.get((round_key, check))
+        if info is None:
+            continue
+        status = info.latest_execution_status.value
+        # Evaluated means: on the ledger's latest materialization, not on an earlier one.
+        if status in _COMPLETED and info.is_current:
+            verdicts[check.name] = status == _PASSED
+        elif status not in _COMPLETED:
+            planned.append(check.name)
+    if planned and materialized:
+        # The latest record of these checks is a run's plan, never (or not yet) executed: a run
+        # of the round that failed before its checks, or one still in progress. It says nothing
+        # of the ledger as it stands, which the run that wrote it judged.
+        verdicts.update(_verdicts_of_the_ledgers_run(instance, round_key, planned))
+    names = [check.name for check in blocking]
+    failed = tuple(name for name in names if verdicts.get(name) is False)
+    not_evaluated = tuple(name for name in names if name not in verdicts)
+    return LedgerChecks(materialized, failed, not_evaluated)
+
+
 def ledger_checks(instance: DagsterInstance, round_keys: Iterable[str]) -> dict[str, LedgerChecks]:
     """The blocking checks of each round's latest `rollout_ledger` materialization, as the
-    instance recorded them: one query per check for all the rounds, and one per round that
-    no check evaluated."""
+    instance recorded them: one query per check for all the rounds, one per round that no
+    check evaluated, and two per round whose latest record of a check is another run's plan
+    (a run of the round that failed before its checks): then the verdicts are those of the run
+    that wrote the ledger."""
     round_keys = list(round_keys)
     if not round_keys:
         return {}
     blocking = [AssetCheckKey(ROLLOUT_LEDGER, name) for name in sorted(LEDGER_BLOCKING_CHECKS)]
     recorded = instance.event_log_storage.get_asset_check_partition_info(blocking, partition_keys=round_keys)
     infos = {(info.partition_key, info.check_key): info for info in recorded}
-    checks: dict[str, LedgerChecks] = {}
-    for key in round_keys:
-        found = [infos[key, check] for check in blocking if (key, check) in infos]
-        # An evaluation's record knows the ledger's latest materialization; without one, ask.
-        if found:
-            materialized = any(info.latest_materialization_storage_id is not None for info in found)
-        else:
-            materialized = _ledger_materialized(instance, key)
-        failed, not_evaluated = [], []
-        for check in blocking:
-            info = infos.get((key, check))
-            # Evaluated means: on the ledger's latest materialization, not on an earlier one.
-            if info is None or not info.is_current or info.latest_execution_status.value not in _COMPLETED:
-                not_evaluated.append(check.name)
-            elif info.latest_execution_status.value != _PASSED:
-                failed.append(check.name)
-        checks[key] = LedgerChecks(materialized, tuple(failed), tuple(not_evaluated))
-    return checks
+    return {key: _round_ledger_checks(instance, key, blocking, infos) for key in round_keys}
