@@ -1,8 +1,17 @@
-"""Runs of one round, on a real SQLite-backed instance: the verdicts a round's stats are judged
-on when another run of the round failed. Runs are in process (`materialize`)."""
+"""One run per round, on a real SQLite-backed instance: the round's lock, and the verdicts a
+round's stats are judged on when another run of the round failed.
+
+Runs are in process (`materialize`); another run holding the round is this process (or a child)
+holding the round's lock. test_concurrency.py races real `dagster asset materialize` processes.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +22,18 @@ from dagster import AssetKey, DagsterInstance, instance_for_test
 from rollout_assets import audit
 from rollout_assets.defs.assets import rollout_stats
 from rollout_assets.defs.instance import ledger_checks
+from rollout_assets.defs.round_lock import (
+    LOCK_FILE_NAME,
+    RoundBusyError,
+    acquire_round_lock,
+    release_round_lock,
+)
 from rollout_assets.demo import DemoLayout
 from rollout_assets_tests.dagster_rounds import (
     SMALL_SPEC,
     lose_a_worker_line_in_the_ledger_stage,
     materialize_round,
+    metadata_values,
     round_resources,
     step_failures,
     write_rounds,
@@ -47,6 +63,108 @@ def instance() -> Iterator[DagsterInstance]:
 @pytest.fixture
 def ledger_root(tmp_path: Path) -> Path:
     return tmp_path / "ledgers"
+
+
+def busy(holder: str, ledger_root: Path) -> str:
+    return (
+        f"round {SMALL} is being materialized by {holder} right now (lock {ledger_root / SMALL / LOCK_FILE_NAME}); "
+        "this run writes nothing to it"
+    )
+
+
+def held_by_another_run(ledger_root: Path, holder: str = "run other-run (process 1)") -> Any:
+    folder = ledger_root / SMALL
+    folder.mkdir(parents=True, exist_ok=True)
+    return acquire_round_lock(folder, SMALL, holder)
+
+
+# ---------------------------------------------------------------------------
+# The round's lock
+# ---------------------------------------------------------------------------
+
+
+def test_a_run_of_a_round_another_run_holds_refuses_in_one_sentence_and_writes_nothing(
+    layout: DemoLayout, instance: DagsterInstance, ledger_root: Path
+) -> None:
+    lock = held_by_another_run(ledger_root)
+    try:
+        result = materialize_round(instance, round_resources(layout, ledger_root), SMALL)
+    finally:
+        release_round_lock(lock)
+
+    assert not result.success
+    assert step_failures(result) == {"round_manifest": busy("run other-run (process 1)", ledger_root)}
+    (failure,) = result.get_step_failure_events()
+    assert metadata_values(failure.step_failure_data.user_failure_data.metadata) == {
+        "round": SMALL,
+        "error": "RoundBusyError",
+        "may_pass": True,
+    }
+    assert sorted(os.listdir(ledger_root / SMALL)) == ["stages"]  # the folder the lock sits in, nothing more
+    assert os.listdir(ledger_root / SMALL / "stages") == []
+
+
+def test_a_run_holds_its_round_from_its_first_writing_stage_to_its_end(
+    layout: DemoLayout, instance: DagsterInstance, ledger_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollout_assets.defs.assets import ledger as ledger_assets
+
+    write_rollout_ledger = ledger_assets.write_rollout_ledger
+    refusals: list[str] = []
+
+    def another_run_tries(outputs: Any, *stores: Any) -> Any:
+        try:
+            release_round_lock(acquire_round_lock(outputs.folder, SMALL, "run intruder (process 2)"))
+        except RoundBusyError as refusal:
+            refusals.append(str(refusal))
+        return write_rollout_ledger(outputs, *stores)
+
+    monkeypatch.setattr(ledger_assets, "write_rollout_ledger", another_run_tries)
+    result = materialize_round(instance, round_resources(layout, ledger_root), SMALL)
+
+    assert result.success
+    # Four stages after the one that took it, the run still held the round, under its own name.
+    assert refusals == [busy(f"run {result.run_id} (process {os.getpid()})", ledger_root)]
+    # Released, and its file removed, as the run ended.
+    assert not (ledger_root / SMALL / LOCK_FILE_NAME).exists()
+    release_round_lock(acquire_round_lock(ledger_root / SMALL, SMALL, "the next run"))
+
+
+HOLD_AND_WAIT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from rollout_assets.defs.round_lock import acquire_round_lock
+
+    acquire_round_lock(Path(sys.argv[1]), sys.argv[2], "run crashed-run (process 3)")
+    print("held", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_lock_left_by_a_killed_run_does_not_hold_the_round_back(
+    layout: DemoLayout, instance: DagsterInstance, ledger_root: Path
+) -> None:
+    (ledger_root / SMALL).mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_WAIT, str(ledger_root / SMALL), SMALL],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        while_held = materialize_round(instance, round_resources(layout, ledger_root), SMALL)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (ledger_root / SMALL / LOCK_FILE_NAME).exists()  # left behind, as a crash leaves it
+
+    after_the_crash = materialize_round(instance, round_resources(layout, ledger_root), SMALL)
+
+    assert step_failures(while_held) == {"round_manifest": busy("run crashed-run (process 3)", ledger_root)}
+    assert after_the_crash.success
+    assert not (ledger_root / SMALL / LOCK_FILE_NAME).exists()
 
 
 # ---------------------------------------------------------------------------
