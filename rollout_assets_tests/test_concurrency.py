@@ -21,10 +21,11 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Run
 from dagster._core.run_coordinator import QueuedRunCoordinator
 from dagster._utils.tags import TagConcurrencyLimitsCounter
 
-from rollout_assets.defs.instance import ledger_checks
+from rollout_assets.defs.instance import ledger_checks, sensor_run_outcomes
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
-from rollout_assets.defs.round_lock import LOCK_FILE_NAME
+from rollout_assets.defs.round_lock import LOCK_FILE_NAME, acquire_round_lock, release_round_lock
 from rollout_assets.demo import DemoLayout
+from rollout_assets.discovery import SENSOR_NAME
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets_tests.dagster_rounds import SMALL_SPEC, write_rounds
 from rollout_assets_tests.ledger_processes import (
@@ -257,6 +258,26 @@ def test_rollout_assets_materialize_on_another_instance_refuses_a_round_another_
     refused = f"  step round_manifest failed: {busy_sentence(first_run, first_process.pid, ledger_root)}"
     assert refused in second.stdout.splitlines(), second.stdout[-3000:]
     assert "Traceback" not in second.stdout + second.stderr
+
+
+@pytest.mark.slow
+def test_a_run_interrupted_while_it_holds_its_round_frees_it_and_may_pass(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    home, ledger_root = dagster_home(tmp_path / "home"), tmp_path / "ledgers"
+
+    process = start_paused_run(run_environment(home, layout, ledger_root), tmp_path / "flags")
+    process.send_signal(signal.SIGINT)  # Ctrl-C
+    process.communicate(timeout=120)
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        (interrupted,) = runs_of_small(instance)
+        # As if the sensor had requested it: how the sensor reads its end.
+        instance.add_run_tags(interrupted.run_id, {"dagster/sensor_name": SENSOR_NAME, "dagster/run_key": "k"})
+        outcome = sensor_run_outcomes(instance, SENSOR_NAME, ["k"])["k"]
+    assert process.returncode != 0
+    assert (outcome.run_id, outcome.finished, outcome.may_pass) == (interrupted.run_id, True, True)
+    assert outcome.reason.startswith("interrupted")
+    release_round_lock(acquire_round_lock(ledger_root / SMALL, SMALL, "the next run"))  # free at once
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""One run per round, on a real SQLite-backed instance: the round's lock, and the verdicts a
-round's stats are judged on when another run of the round failed.
+"""One run per round, on a real SQLite-backed instance: the round's lock, the verdicts a round's
+stats are judged on when another run of the round failed, and how the sensor reads a run's end.
 
 Runs are in process (`materialize`); another run holding the round is this process (or a child)
 holding the round's lock. test_concurrency.py races real `dagster asset materialize` processes.
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetKey, DagsterInstance, instance_for_test
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, instance_for_test
 
 from rollout_assets import audit
 from rollout_assets.defs.assets import rollout_stats
-from rollout_assets.defs.instance import ledger_checks
+from rollout_assets.defs.instance import ledger_checks, sensor_run_outcomes
 from rollout_assets.defs.round_lock import (
     LOCK_FILE_NAME,
     RoundBusyError,
@@ -29,6 +29,7 @@ from rollout_assets.defs.round_lock import (
     release_round_lock,
 )
 from rollout_assets.demo import DemoLayout
+from rollout_assets.discovery import SENSOR_NAME, RunOutcome
 from rollout_assets_tests.dagster_rounds import (
     SMALL_SPEC,
     lose_a_worker_line_in_the_ledger_stage,
@@ -239,3 +240,128 @@ def test_a_ledger_its_own_run_never_checked_stays_unjudged_whatever_plans_come_a
         == unchecked.run_id
     )
     assert (checks.materialized, checks.failed, checks.not_evaluated) == (True, (), tuple(BLOCKING))
+
+
+# ---------------------------------------------------------------------------
+# How the sensor reads the end of its runs
+# ---------------------------------------------------------------------------
+
+
+def sensor_tags(run_key: str) -> dict[str, str]:
+    return {"dagster/sensor_name": SENSOR_NAME, "dagster/run_key": run_key}
+
+
+def outcome_of(instance: DagsterInstance, run_key: str) -> RunOutcome:
+    return sensor_run_outcomes(instance, SENSOR_NAME, [run_key])[run_key]
+
+
+def test_a_run_another_run_held_back_failed_for_a_reason_that_may_pass(
+    layout: DemoLayout, instance: DagsterInstance, ledger_root: Path
+) -> None:
+    lock = held_by_another_run(ledger_root)
+    try:
+        failed = materialize_round(
+            instance, round_resources(layout, ledger_root), SMALL, tags=sensor_tags("k")
+        )
+    finally:
+        release_round_lock(lock)
+
+    assert outcome_of(instance, "k") == RunOutcome(
+        failed.run_id, finished=True, may_pass=True, reason=busy("run other-run (process 1)", ledger_root)
+    )
+
+
+def test_a_run_whose_ledger_failed_a_blocking_check_failed_for_the_round(
+    layout: DemoLayout, instance: DagsterInstance, ledger_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lose_a_worker_line_in_the_ledger_stage(monkeypatch)
+    failed = materialize_round(instance, round_resources(layout, ledger_root), SMALL, tags=sensor_tags("k"))
+
+    assert outcome_of(instance, "k") == RunOutcome(
+        failed.run_id, finished=True, reason="its ledger failed a blocking check"
+    )
+
+
+def test_a_run_whose_round_has_no_folder_failed_for_the_round(
+    layout: DemoLayout, instance: DagsterInstance, ledger_root: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    resources = round_resources(layout, ledger_root, rounds_root=tmp_path / "empty")
+    failed = materialize_round(instance, resources, SMALL, tags=sensor_tags("k"))
+
+    outcome = outcome_of(instance, "k")
+    assert (outcome.run_id, outcome.finished, outcome.may_pass) == (failed.run_id, True, False)
+    assert outcome.reason == step_failures(failed)["round_manifest"]
+
+
+@pytest.mark.parametrize(
+    ("status", "tags", "expected"),
+    [
+        (DagsterRunStatus.NOT_STARTED, {}, RunOutcome("r", finished=False)),
+        (DagsterRunStatus.STARTED, {}, RunOutcome("r", finished=False)),
+        (DagsterRunStatus.SUCCESS, {}, RunOutcome("r", finished=True, succeeded=True)),
+        (DagsterRunStatus.CANCELED, {}, RunOutcome("r", finished=True, reason="terminated")),
+        (
+            DagsterRunStatus.FAILURE,
+            {"dagster/failure_reason": "UNEXPECTED_TERMINATION"},
+            RunOutcome("r", finished=True, may_pass=True, reason="interrupted: unexpected termination"),
+        ),
+        (
+            DagsterRunStatus.FAILURE,
+            {"dagster/failure_reason": "JOB_INITIALIZATION_FAILURE"},
+            RunOutcome("r", finished=True, reason="the run could not start"),
+        ),
+        (
+            DagsterRunStatus.FAILURE,
+            {},
+            RunOutcome("r", finished=True, may_pass=True, reason="the run stopped outside its steps"),
+        ),
+    ],
+    ids=[
+        "not started",
+        "started",
+        "succeeded",
+        "terminated",
+        "process died",
+        "could not start",
+        "no step failed",
+    ],
+)
+def test_a_runs_status_and_failure_reason_say_how_it_stands(
+    instance: DagsterInstance, status: DagsterRunStatus, tags: dict[str, str], expected: RunOutcome
+) -> None:
+    instance.add_run(
+        DagsterRun(job_name="materialize_round", run_id="r", status=status, tags={**sensor_tags("k"), **tags})
+    )
+
+    assert outcome_of(instance, "k") == expected
+
+
+def test_the_newest_run_of_a_run_key_stands_and_other_keys_are_left_out(instance: DagsterInstance) -> None:
+    instance.add_run(
+        DagsterRun(
+            job_name="materialize_round", run_id="a", status=DagsterRunStatus.FAILURE, tags=sensor_tags("k")
+        )
+    )
+    instance.add_run(
+        DagsterRun(
+            job_name="materialize_round", run_id="b", status=DagsterRunStatus.SUCCESS, tags=sensor_tags("k")
+        )
+    )
+    instance.add_run(
+        DagsterRun(
+            job_name="materialize_round", run_id="c", status=DagsterRunStatus.SUCCESS, tags=sensor_tags("j")
+        )
+    )
+    instance.add_run(
+        DagsterRun(
+            job_name="materialize_round",
+            run_id="d",
+            status=DagsterRunStatus.FAILURE,
+            tags={"dagster/run_key": "k"},
+        )
+    )
+
+    assert sensor_run_outcomes(instance, SENSOR_NAME, ["k"]) == {
+        "k": RunOutcome("b", finished=True, succeeded=True)
+    }

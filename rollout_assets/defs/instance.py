@@ -1,7 +1,7 @@
 """Every question the Dagster layer asks of the Dagster instance, on its public API: the rounds'
 partitions, when a run was created, runs of a round still unfinished, the run keys of the
-sensor's runs, the input fingerprint of a round's latest materialization, and the verdicts of
-the blocking checks on a round's latest ledger.
+sensor's runs and how those runs ended, the input fingerprint of a round's latest
+materialization, and the verdicts of the blocking checks on a round's latest ledger.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from dagster import (
     RunsFilter,
 )
 
-from rollout_assets.defs.constants import LEDGER_BLOCKING_CHECKS, ROLLOUT_LEDGER, ROLLOUT_STATS
+from rollout_assets.defs.constants import LEDGER_BLOCKING_CHECKS, MAY_PASS, ROLLOUT_LEDGER, ROLLOUT_STATS
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
+from rollout_assets.discovery import RunOutcome
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT, INPUT_FINGERPRINT_TAG
 
 # The tag's name on runs requested before it took the fingerprint's one name: such a run,
@@ -77,6 +78,78 @@ def sensor_run_keys(instance: DagsterInstance, sensor_name: str) -> list[str]:
     and the request's run key)."""
     runs = instance.get_runs(RunsFilter(tags={"dagster/sensor_name": sensor_name}))
     return [run.tags.get("dagster/run_key", "") for run in runs]
+
+
+# How a run that failed outside its steps failed (Dagster's `dagster/failure_reason` tag): its
+# process died, never started, or was lost with the daemon that watched it. Interrupted.
+_INTERRUPTED_RUNS = {"UNEXPECTED_TERMINATION", "START_TIMEOUT", "RUN_WORKER_RESTART"}
+# What a step raises when its run is interrupted (SIGINT or SIGTERM to the run's process).
+_INTERRUPTED_STEPS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt"}
+
+
+def _step_failure_cause(entry: Any) -> tuple[bool, str]:
+    """(whether the failure may pass, its sentence) of one STEP_FAILURE event."""
+    data = entry.dagster_event.step_failure_data
+    if data.user_failure_data is not None:  # a Failure: ours say when they may pass
+        marked = data.user_failure_data.metadata.get(MAY_PASS)
+        return marked is not None and marked.value is True, data.user_failure_data.description or ""
+    error = data.error
+    names = {error.cls_name, error.cause.cls_name if error.cause else None}
+    if names & _INTERRUPTED_STEPS:
+        return True, "interrupted"
+    if "DagsterAssetCheckFailedError" in names:
+        return False, "its ledger failed a blocking check"
+    # Unexpected: a bug, which the same inputs meet again.
+    first_line = error.message.strip().splitlines()[0] if error.message.strip() else ""
+    return False, f"{error.cls_name}: {first_line}"
+
+
+def _failed_run_outcome(instance: DagsterInstance, run: DagsterRun) -> RunOutcome:
+    """How a failed run failed: it may pass when every step failure may, or when the run was
+    interrupted outside its steps."""
+    reason_tag = run.tags.get("dagster/failure_reason", "")
+    if reason_tag in _INTERRUPTED_RUNS:
+        reason = f"interrupted: {reason_tag.lower().replace('_', ' ')}"
+        return RunOutcome(run.run_id, finished=True, may_pass=True, reason=reason)
+    causes = [
+        _step_failure_cause(entry)
+        for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
+        if entry.dagster_event is not None
+    ]
+    if not causes:
+        if reason_tag == "JOB_INITIALIZATION_FAILURE":  # its configuration, say: so it will again
+            return RunOutcome(run.run_id, finished=True, reason="the run could not start")
+        return RunOutcome(
+            run.run_id, finished=True, may_pass=True, reason="the run stopped outside its steps"
+        )
+    lasting = [sentence for passing, sentence in causes if not passing]
+    reason = lasting[0] if lasting else causes[0][1]
+    return RunOutcome(run.run_id, finished=True, may_pass=not lasting, reason=reason)
+
+
+def sensor_run_outcomes(
+    instance: DagsterInstance, sensor_name: str, run_keys: Sequence[str]
+) -> dict[str, RunOutcome]:
+    """How the sensor's runs of `run_keys` stand, by run key: one query, and one more per failed
+    run. A run re-executed from the UI carries its parent's run key: the newest run stands."""
+    records = instance.get_run_records(
+        RunsFilter(tags={"dagster/sensor_name": sensor_name, "dagster/run_key": list(run_keys)})
+    )
+    outcomes: dict[str, RunOutcome] = {}
+    for record in records:  # newest first
+        run = record.dagster_run
+        run_key = run.tags.get("dagster/run_key", "")
+        if run_key in outcomes:
+            continue
+        if not run.is_finished:
+            outcomes[run_key] = RunOutcome(run.run_id, finished=False)
+        elif run.status == DagsterRunStatus.SUCCESS:
+            outcomes[run_key] = RunOutcome(run.run_id, finished=True, succeeded=True)
+        elif run.status == DagsterRunStatus.CANCELED:  # terminated by someone, who meant it
+            outcomes[run_key] = RunOutcome(run.run_id, finished=True, reason="terminated")
+        else:
+            outcomes[run_key] = _failed_run_outcome(instance, run)
+    return outcomes
 
 
 def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_key: str) -> Any:

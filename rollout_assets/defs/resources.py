@@ -33,7 +33,7 @@ from pydantic import PrivateAttr
 
 from rollout_assets.defs.partitions import round_key_problem, validate_round_key
 from rollout_assets.defs.round_lock import RoundLock, acquire_round_lock, release_round_lock
-from rollout_assets.discovery import RoundDirs
+from rollout_assets.discovery import RetryPolicy, RoundDirs
 from rollout_assets.errors import RoundError
 from rollout_assets.paths import folder_relation, is_inside, real_path, sqlite_files
 from rollout_assets.sources.claude import unreadable_folder_reason
@@ -309,9 +309,12 @@ class RoundLocations(ConfigurableResource):
 
 
 class RoundDiscovery(ConfigurableResource):
-    """How the sensor waits for a round to settle before materializing it."""
+    """How the sensor waits for a round to settle before materializing it, and how it retries a
+    round whose run failed for a reason that may pass (see `rollout_assets.discovery`)."""
 
     quiet_period_seconds: int = 120
+    max_retries: int = RetryPolicy.max_retries  # per round and fingerprint
+    retry_backoff_seconds: int = RetryPolicy.backoff_seconds  # before the first retry, then doubled
 
 
 def list_round_dirs(root: Path, log: Any) -> RoundDirs:
