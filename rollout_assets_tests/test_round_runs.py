@@ -316,6 +316,7 @@ def test_a_run_whose_round_has_no_folder_failed_for_the_round(
             {},
             RunOutcome("r", finished=True, may_pass=True, reason="the run stopped outside its steps"),
         ),
+        (DagsterRunStatus.FAILURE, {"dagster/will_retry": "true"}, RunOutcome("r", finished=False)),
     ],
     ids=[
         "not started",
@@ -325,6 +326,7 @@ def test_a_run_whose_round_has_no_folder_failed_for_the_round(
         "process died",
         "could not start",
         "no step failed",
+        "Dagster retries it",
     ],
 )
 def test_a_runs_status_and_failure_reason_say_how_it_stands(

@@ -131,7 +131,8 @@ def sensor_run_outcomes(
     instance: DagsterInstance, sensor_name: str, run_keys: Sequence[str]
 ) -> dict[str, RunOutcome]:
     """How the sensor's runs of `run_keys` stand, by run key: one query, and one more per failed
-    run. A run re-executed from the UI carries its parent's run key: the newest run stands."""
+    run. A re-execution (from the UI, or Dagster's own run retries) carries its parent's run key:
+    the newest run stands, and a failed run Dagster is about to retry itself is not finished."""
     records = instance.get_run_records(
         RunsFilter(tags={"dagster/sensor_name": sensor_name, "dagster/run_key": list(run_keys)})
     )
@@ -141,7 +142,7 @@ def sensor_run_outcomes(
         run_key = run.tags.get("dagster/run_key", "")
         if run_key in outcomes:
             continue
-        if not run.is_finished:
+        if not run.is_finished or run.tags.get("dagster/will_retry") == "true":
             outcomes[run_key] = RunOutcome(run.run_id, finished=False)
         elif run.status == DagsterRunStatus.SUCCESS:
             outcomes[run_key] = RunOutcome(run.run_id, finished=True, succeeded=True)
