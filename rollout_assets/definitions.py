@@ -13,6 +13,8 @@ import os
 from dagster import Definitions, EnvVar, in_process_executor
 
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
+from rollout_assets.defs.assets.release import dataset_release
+from rollout_assets.defs.assets.training import TRAINING_ASSETS
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.jobs import materialize_round, materialize_summary
 from rollout_assets.defs.resources import (
@@ -26,6 +28,8 @@ from rollout_assets.defs.resources import (
 )
 from rollout_assets.defs.sensors import round_dirs_sensor, rounds_summary_automation
 from rollout_assets.defs.summary import rounds_summary
+from rollout_assets.defs.release_checks import RELEASE_ASSET_CHECKS
+from rollout_assets.defs.training_checks import TRAINING_CHECKS
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB
 
@@ -65,8 +69,8 @@ def build_resources() -> dict[str, object]:
 executor = in_process_executor
 
 defs = Definitions(
-    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, rounds_summary],
-    asset_checks=ROUND_CHECKS,
+    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, *TRAINING_ASSETS, dataset_release, rounds_summary],
+    asset_checks=[*ROUND_CHECKS, *TRAINING_CHECKS, *RELEASE_ASSET_CHECKS],
     jobs=[materialize_round, materialize_summary],
     sensors=[round_dirs_sensor, rounds_summary_automation],
     resources=build_resources(),

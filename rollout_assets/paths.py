@@ -1,4 +1,5 @@
-"""Where outputs may go: path containment once symlinks are followed. No Dagster here.
+"""Where outputs may go: path containment once symlinks are followed, and what kind of file a
+path leads to. No Dagster here.
 
 The inputs (a round's outDir, the Claude projects folder, the opencode store and the files
 SQLite keeps beside it) are read-only. The command line checks its OUT path and the Dagster
@@ -8,10 +9,21 @@ resources their ledger root with these helpers, so both refuse the same places.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 # Files SQLite keeps beside a database while it is open: writing any of them corrupts the store.
 SQLITE_SIBLING_SUFFIXES = ("", "-wal", "-journal", "-shm")
+
+# What a path may lead to besides a regular file, a folder or nothing, by the test of its mode.
+_SPECIAL_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+# The kinds a file can be written into without being replaced (a pipe, /dev/stdout, /dev/null).
+STREAM_KINDS = ("a FIFO", "a character device")
 
 StrPath = str | os.PathLike[str]
 
@@ -49,3 +61,14 @@ def sqlite_files(database: StrPath) -> list[Path]:
     stores = (os.path.realpath(given), given)
     found = [real_path(store + suffix) for suffix in SQLITE_SIBLING_SUFFIXES for store in stores]
     return list(dict.fromkeys(found))
+
+
+def special_file_kind(path: StrPath) -> str | None:
+    """What `path` leads to, symlinks followed, when it is neither a regular file nor a folder:
+    "a FIFO", "a character device", "a block device" or "a socket". None for a regular file, a
+    folder, or a path that leads nowhere."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((kind for is_kind, kind in _SPECIAL_FILE_KINDS if is_kind(mode)), None)

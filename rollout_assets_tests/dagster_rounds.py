@@ -31,6 +31,7 @@ from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import ClaudeProjects, LedgerRoot, OpencodeDatabase, RoundLocations, RoundsRoot
 from rollout_assets.demo import DEFAULT_ROUNDS, DemoLayout, RoundSpec, write_demo
 from rollout_assets.ledger import write_ledger
+from rollout_assets.training.verify import CHECKS as TRAINING_CHECKS
 
 ROUND = "round-001"
 # round-001 of the shipped demo: 30 cells, every edge case planted, 4 shot receipts.
@@ -54,10 +55,13 @@ CHECK_NAMES = {
     "every_worker_session_accounted_for",
     "every_shot_receipt_has_one_proposer_line",
     "every_line_is_its_invocation_in_order",
+    "every_gap_is_warranted",
     "ledger_lines_valid_and_linked",
     "stats_reconcile_with_ledger",
     "every_cell_lists_its_workers",
 }
+# The checks a run of the job `materialize_round` evaluates: the round's and its training data's.
+JOB_CHECK_NAMES = CHECK_NAMES | {name for names in TRAINING_CHECKS.values() for name in names}
 PICKLE_MAGIC = b"\x80"  # protocol 2+ pickles start with PROTO (0x80)
 
 

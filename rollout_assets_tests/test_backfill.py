@@ -809,14 +809,16 @@ def all_listed_worker_cwds(out_dir: Path) -> list[str]:
     return cwds
 
 
-def assert_store_unavailable(run: Backfilled) -> None:
+def assert_store_unavailable(run: Backfilled, problem: str | None = None) -> None:
+    """Every worker line is the store-unavailable gap, saying why (`problem`) when the store is there."""
     workers = run.role("worker")
     expected_cwds = all_listed_worker_cwds(run.out_dir)
     assert sorted(line["outcome"]["metrics"]["worker_cwd"] for line in workers) == sorted(expected_cwds)
     for line in workers:
         cwd = line["outcome"]["metrics"]["worker_cwd"]
         assert line["messages"] == []
-        assert line["provenance"]["gap"] == f"opencode store unavailable; worker cwd {cwd} unrecoverable"
+        why = "" if problem is None else f" ({problem})"
+        assert line["provenance"]["gap"] == f"opencode store unavailable; worker cwd {cwd} unrecoverable{why}"
         assert line["outcome"]["metrics"]["has_session"] is False
         assert line["outcome"]["is_completed"] is False
     stats = run.stats.to_json()
@@ -844,8 +846,10 @@ def test_a_garbage_bytes_store_behaves_like_a_missing_one(demo: DemoLayout, tmp_
 
     run = backfill(demo.rounds[0], opencode_db=garbage, claude_projects_dir=demo.claude_projects_dir)
 
-    assert_store_unavailable(run)
-    assert run.lines == missing.lines
+    assert_store_unavailable(run, f"{garbage}: not an SQLite database")
+    # The same lines but for the reason their gaps give (a missing store needs none).
+    as_missing = json.loads(json.dumps(run.lines).replace(f" ({garbage}: not an SQLite database)", ""))
+    assert as_missing == missing.lines
     assert run.stats.to_json() == missing.stats.to_json()
 
 

@@ -384,8 +384,11 @@ def test_cell_cache_nested_1000_deep_fails_loud_instead_of_crashing_the_writer(r
 # ===========================================================================
 
 
-def assert_every_worker_is_one_store_gap(rnd: Round, after: list[dict[str, Any]]) -> None:
-    """Supervisors and proposers unchanged; each worker cwd has exactly one store-unavailable gap line."""
+def assert_every_worker_is_one_store_gap(
+    rnd: Round, after: list[dict[str, Any]], problem: str | None = None
+) -> None:
+    """Supervisors and proposers unchanged; each worker cwd has exactly one store-unavailable gap
+    line, saying why (`problem`)."""
     non_workers = [stripped(line) for line in after if line["role"] != "worker"]
     assert non_workers == [stripped(line) for line in rnd.before if line["role"] != "worker"]
     for supervisor in (line for line in rnd.before if line["role"] == "supervisor"):
@@ -394,7 +397,7 @@ def assert_every_worker_is_one_store_gap(rnd: Round, after: list[dict[str, Any]]
         assert [line["outcome"]["metrics"]["worker_cwd"] for line in gap_lines] == cwds
         for line, cwd in zip(gap_lines, cwds, strict=True):
             assert line["messages"] == []
-            assert line["provenance"]["gap"] == gaps.opencode_unavailable(cwd)
+            assert line["provenance"]["gap"] == gaps.opencode_unavailable(cwd, problem)
             assert line["outcome"]["metrics"]["has_session"] is False
 
 
@@ -405,7 +408,7 @@ def test_opencode_database_of_garbage_bytes_gives_labeled_gap_lines(rnd: Round, 
     result = cli_backfill(rnd, opencode_db=garbage)
 
     after = backfilled(result, rnd)
-    assert_every_worker_is_one_store_gap(rnd, after)
+    assert_every_worker_is_one_store_gap(rnd, after, f"{garbage}: not an SQLite database")
     assert json.loads(result.stdout.rsplit("\nrollout ledger", 1)[0])["opencodeDbAvailable"] is False
 
 
@@ -423,7 +426,7 @@ def test_opencode_database_with_a_damaged_session_table_gives_labeled_gap_lines(
     result = cli_backfill(rnd)
 
     after = backfilled(result, rnd)
-    assert_every_worker_is_one_store_gap(rnd, after)
+    assert_every_worker_is_one_store_gap(rnd, after, f"{rnd.db}: database disk image is malformed")
     assert json.loads(result.stdout.rsplit("\nrollout ledger", 1)[0])["opencodeDbAvailable"] is False
     # The checks' own recount reads the store as unreadable too, so they expect these gaps.
     assert audit.recount_inputs(rnd.out_dir, rnd.db).store_readable is False
@@ -665,6 +668,8 @@ BACKFILL_AS_NOBODY = (
         scratch = sys.argv.pop(1)
         with contextlib.redirect_stdout(io.StringIO()):
             assert cli.main(["backfill", *sys.argv[1:2], scratch, *sys.argv[3:]]) == 0
+        from rollout_assets.sources.opencode_store import remove_snapshots
+        remove_snapshots()  # root's store snapshot: `nobody` could not remove it at exit
         """
     )
     + DROP_TO_NOBODY

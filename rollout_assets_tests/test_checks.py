@@ -1090,6 +1090,7 @@ def test_checks_alone_pass_on_the_untouched_round(damaged: tuple[DagsterInstance
         "every_worker_session_accounted_for": (True, ROUND),
         "every_shot_receipt_has_one_proposer_line": (True, ROUND),
         "every_line_is_its_invocation_in_order": (True, ROUND),
+        "every_gap_is_warranted": (True, ROUND),
         "ledger_lines_valid_and_linked": (True, ROUND),
     }
 
@@ -1214,8 +1215,12 @@ def test_order_check_run_by_dagster_fails_alone_on_wrong_parents_and_a_relabeled
 
     assert not result.success
     found = evaluations(result)
-    # Every parent is a supervisor line, every line validates: only the order check sees it.
-    assert {name for name, e in found.items() if not e.passed} == {"every_line_is_its_invocation_in_order"}
+    # Every parent is a supervisor line, every line validates: only the order check sees it, and
+    # the gap check the "store unavailable" gap of a store the audit reads.
+    assert {name for name, e in found.items() if not e.passed} == {
+        "every_line_is_its_invocation_in_order",
+        "every_gap_is_warranted",
+    }
     metadata = metadata_values(found["every_line_is_its_invocation_in_order"].metadata)
     assert (metadata["wrong_roles_or_parents"], metadata["wrong_gaps"], metadata["wrong_reward_sources"]) == (
         2,

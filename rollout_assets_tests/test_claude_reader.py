@@ -385,6 +385,46 @@ def test_usage_is_counted_once_per_message_id(tmp_path: Path) -> None:
     assert transcript.usage == ClaudeUsage(tokens_in=107, tokens_out=53, cache_read=1011, cache_write=213)
 
 
+def test_a_message_streamed_over_several_block_lines_counts_its_final_usage(tmp_path: Path) -> None:
+    """Claude Code 1.0.x writes one line per content block as the response streams: the
+    earlier lines of a message id carry a partial `output_tokens` (1 here), only the last one
+    the final count. The usage of an API message is its final one."""
+    prompt = {"input_tokens": 4, "cache_read_input_tokens": 15030, "cache_creation_input_tokens": 8655}
+    transcript = parse(
+        tmp_path,
+        [
+            user_line("task", timestamp=T0),
+            assistant_line("msg_1", [thinking("plan")], usage={**prompt, "output_tokens": 1}, timestamp=T1),
+            assistant_line("msg_1", [text("looking")], usage={**prompt, "output_tokens": 1}, timestamp=T1),
+            assistant_line(
+                "msg_1",
+                [tool_use("toolu_1", "Bash", {"command": "ls"})],
+                usage={**prompt, "output_tokens": 245},
+                timestamp=T1,
+            ),
+            user_line([{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py"}], timestamp=T2),
+            assistant_line("msg_2", [text("done")], usage=usage(3, 1, 100, 0), timestamp=T2),
+            assistant_line("msg_2", [text("really")], usage=usage(3, 17, 100, 0), timestamp=T2),
+        ],
+    )
+
+    assert transcript.usage == ClaudeUsage(tokens_in=7, tokens_out=262, cache_read=15130, cache_write=8655)
+
+
+def test_the_final_usage_of_a_message_counts_even_after_a_tool_result_line(tmp_path: Path) -> None:
+    # A block line of a message can follow the tool result its earlier block asked for.
+    transcript = parse(
+        tmp_path,
+        [
+            assistant_line("msg_1", [tool_use("toolu_1", "Bash", {})], usage=usage(10, 2)),
+            user_line([{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]),
+            assistant_line("msg_1", [text("after")], usage=usage(10, 90)),
+        ],
+    )
+
+    assert transcript.usage == ClaudeUsage(tokens_in=10, tokens_out=90, cache_read=0, cache_write=0)
+
+
 def test_a_count_no_message_recorded_is_none_not_zero(tmp_path: Path) -> None:
     """No usage at all, or usage without the cache fields (older transcripts): not measured."""
     without_usage = parse(tmp_path / "a", [user_line("task"), assistant_line("msg_1", [text("done")])])

@@ -89,6 +89,7 @@ CHECKS = {
     "every_worker_session_accounted_for": ("rollout_ledger", True),
     "every_shot_receipt_has_one_proposer_line": ("rollout_ledger", True),
     "every_line_is_its_invocation_in_order": ("rollout_ledger", True),
+    "every_gap_is_warranted": ("rollout_ledger", True),
     "ledger_lines_valid_and_linked": ("rollout_ledger", True),
     "stats_reconcile_with_ledger": ("rollout_stats", True),
     "every_cell_lists_its_workers": ("campaign_cells", False),
@@ -168,12 +169,18 @@ def test_rounds_partitions_are_one_dynamic_definition_named_rounds() -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_materialize_round_job_selects_the_rounds_group_and_its_checks(defs: Definitions) -> None:
+TRAINING_ASSETS = {"sft_rows", "preference_pairs", "grpo_groups", "training_report"}
+
+
+def test_materialize_round_job_selects_the_rounds_and_training_groups_and_their_checks(defs: Definitions) -> None:
+    from rollout_assets.training.verify import CHECKS as TRAINING_CHECKS
+
     job = defs.resolve_job_def("materialize_round")
 
-    assert {key.to_user_string() for key in job.asset_layer.executable_asset_keys} == set(ROUND_ASSETS)
+    assert {key.to_user_string() for key in job.asset_layer.executable_asset_keys} == set(ROUND_ASSETS) | TRAINING_ASSETS
     assert job.partitions_def == ROUNDS
     check_steps = {f"{asset}_{name}" for name, (asset, _) in CHECKS.items()}
+    check_steps |= {f"{dataset}_{name}" for dataset, names in TRAINING_CHECKS.items() for name in names}
     assert check_steps <= {node.name for node in job.nodes}
 
 
@@ -202,11 +209,25 @@ def test_summary_automation_is_eager_without_waiting_for_rounds_without_stats(de
     ]
 
 
-def test_checks_are_exactly_the_seven_on_their_assets(defs: Definitions) -> None:
+def test_the_round_checks_are_exactly_these_on_their_assets(defs: Definitions) -> None:
     keys = defs.resolve_asset_graph().asset_check_keys
-    assert {(key.name, key.asset_key.to_user_string()) for key in keys} == {
+    round_assets = set(ROUND_ASSETS)
+    assert {(key.name, key.asset_key.to_user_string()) for key in keys if key.asset_key.to_user_string() in round_assets} == {
         (name, asset) for name, (asset, _) in CHECKS.items()
     }
+
+
+def test_the_training_and_release_checks_are_the_ones_their_recounts_run(defs: Definitions) -> None:
+    from rollout_assets.release.verify import RELEASE_CHECKS
+    from rollout_assets.training.verify import CHECKS as TRAINING_CHECKS
+
+    keys = defs.resolve_asset_graph().asset_check_keys
+    others = {(key.name, key.asset_key.to_user_string()) for key in keys} - {
+        (name, asset) for name, (asset, _) in CHECKS.items()
+    }
+    expected = {(name, dataset) for dataset, names in TRAINING_CHECKS.items() for name in names}
+    expected |= {(name, "dataset_release") for name in RELEASE_CHECKS}
+    assert others == expected
 
 
 def test_the_ledgers_blocking_checks_are_the_ones_whose_verdicts_are_asked(defs: Definitions) -> None:
@@ -626,7 +647,8 @@ def test_the_import_graph_holds_imports_made_inside_functions() -> None:
     graph = _import_graph()
     # `rollout-assets materialize` imports the definitions only when it runs.
     assert "rollout_assets.definitions" in graph["rollout_assets.materialize"]
-    assert graph["rollout_assets.defs.assets.stats"] >= {"rollout_assets.defs.instance", "rollout_assets.defs.failures"}
+    assert "rollout_assets.defs.failures" in graph["rollout_assets.defs.assets.stats"]
+    assert "rollout_assets.defs.instance" in graph["rollout_assets.defs.failures"]
 
 
 def test_the_import_graph_leaves_out_imports_for_type_checking_only() -> None:

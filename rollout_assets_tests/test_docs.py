@@ -185,6 +185,8 @@ def definition_names() -> frozenset[str]:
     graph = repository.asset_graph
     names = {part for key in graph.get_all_asset_keys() for part in key.path}
     names |= {key.name for key in graph.asset_check_keys}
+    # the step that materializes several assets at once (a multi-asset's op) has a name of its own
+    names |= {assets.op.name for assets in graph.assets_defs if assets.is_executable and assets.node_def is not None}
     names |= set(repository.get_top_level_resources())
     names |= {job.name for job in repository.get_all_jobs() if not job.name.startswith("__")}
     names |= {sensor.name for sensor in repository.sensor_defs}
@@ -197,7 +199,20 @@ def known_names() -> frozenset[str]:
     from rollout_assets.ledger import rollout_json_schema
 
     line_fields = frozenset(_schema_property_names(rollout_json_schema()))
-    return definition_names() | line_fields | NOT_DAGSTER_NAMES
+    return definition_names() | line_fields | training_names() | NOT_DAGSTER_NAMES
+
+
+def training_names() -> frozenset[str]:
+    """Names of the training data and the release, read from the code that defines them: the
+    drop reasons, the columns of the Arrow schemas, and the fields of the assets' run config."""
+    from rollout_assets.defs.assets.release import ReleaseAssetConfig
+    from rollout_assets.defs.assets.training import TrainingConfig
+    from rollout_assets.training import DROP_REASONS
+    from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
+
+    columns = {name for schema in (SFT_SCHEMA, PAIR_SCHEMA, GROUP_SCHEMA) for name in schema.names}
+    config = set(TrainingConfig.model_fields) | set(ReleaseAssetConfig.model_fields)
+    return frozenset(DROP_REASONS) | frozenset(columns) | frozenset(config)
 
 
 # ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
+from rollout_assets.sources.opencode_transcript import MessageUsage, SessionTranscript
 from rollout_assets_tests.builders import (
     LEGACY_SESSION_COLUMNS,
     create_opencode_schema,
@@ -621,7 +622,15 @@ def test_a_failed_tool_call_is_answered_by_its_error_message(tmp_path: Path) -> 
     transcript = assistant_messages(
         tmp_path,
         [
-            tool_part("p1", "m1", "call-1", tool="read", status="error", input={"path": "x"}, error="File not found: x"),
+            tool_part(
+                "p1",
+                "m1",
+                "call-1",
+                tool="read",
+                status="error",
+                input={"path": "x"},
+                error="File not found: x",
+            ),
             tool_part("p2", "m1", "call-2", tool="bash", status="error", error={"not": "text"}),
         ],
     )
@@ -660,7 +669,13 @@ def test_each_tool_part_is_answered_by_one_tool_message_after_the_assistant_turn
     assert transcript[1:] == [
         {"role": "tool", "tool_call_id": "call-1", "name": "bash", "content": "ok\n"},
         {"role": "tool", "tool_call_id": "call-2", "name": "grep", "content": '{"matches":2,"files":["a"]}'},
-        {"role": "tool", "tool_call_id": "call-3", "name": "todo", "content": ""},
+        # Still running when the session stopped: opencode hands the model this, not "".
+        {
+            "role": "tool",
+            "tool_call_id": "call-3",
+            "name": "todo",
+            "content": "[Tool execution was interrupted]",
+        },
     ]
 
 
@@ -701,7 +716,10 @@ def test_a_store_created_as_utf16_gives_its_transcripts(tmp_path: Path) -> None:
     path = write_opencode_db(
         tmp_path / "opencode.db",
         sessions=[session("s1", CWD)],
-        messages=[message("m1", "s1", "user", time_created=1), message("m2", "s1", "assistant", time_created=2)],
+        messages=[
+            message("m1", "s1", "user", time_created=1),
+            message("m2", "s1", "assistant", time_created=2),
+        ],
         parts=[part("p1", "m1", "text", text="fix é"), part("p2", "m2", "text", text="done ✓")],
         encoding="UTF-16le",
     )
@@ -778,3 +796,289 @@ def test_json_text_is_written_compact_with_non_ascii_kept(tmp_path: Path) -> Non
     )
 
     assert transcript[1]["content"] == '{"msg":"héllo","n":1.5}'
+
+
+# ---------------------------------------------------------------------------
+# What opencode hands the model (its toModelMessages)
+# ---------------------------------------------------------------------------
+
+
+def read_transcript(
+    tmp_path: Path, messages: list[dict[str, Any]], parts: list[dict[str, Any]]
+) -> SessionTranscript:
+    """The whole SessionTranscript of session `s1` in a store holding exactly these rows."""
+    path = write_opencode_db(
+        tmp_path / "opencode.db", sessions=[session("s1", CWD)], messages=messages, parts=parts
+    )
+    with open_store(path) as store:
+        return store.session_transcript("s1")
+
+
+SYSTEM = [
+    "You are opencode, an interactive CLI tool.",
+    "Here is some useful information about the environment.",
+]
+
+
+def test_the_system_prompt_of_the_assistant_messages_is_the_first_message(tmp_path: Path) -> None:
+    transcript = read_messages(
+        tmp_path,
+        [
+            message("m1", "s1", "user", time_created=1),
+            message("m2", "s1", "assistant", time_created=2, system=["an older prompt"]),
+            message("m3", "s1", "user", time_created=3),
+            message("m4", "s1", "assistant", time_created=4, system=SYSTEM),
+        ],
+        [
+            part("p1", "m1", "text", text="fix it"),
+            part("p2", "m2", "text", text="looking"),
+            part("p3", "m3", "text", text="go on"),
+            part("p4", "m4", "text", text="fixed"),
+        ],
+    )
+
+    # The latest one: the prompt the whole transcript was last handed to the model under.
+    assert transcript[0] == {"role": "system", "content": "\n".join(SYSTEM)}
+    assert [m["role"] for m in transcript] == ["system", "user", "assistant", "user", "assistant"]
+
+
+def test_no_system_message_without_a_recorded_prompt_or_without_a_conversation(tmp_path: Path) -> None:
+    unrecorded = read_messages(
+        tmp_path / "a",
+        [
+            message("m1", "s1", "user", time_created=1),
+            message("m2", "s1", "assistant", time_created=2, system=[]),
+        ],
+        [part("p1", "m1", "text", text="hi"), part("p2", "m2", "text", text="hello")],
+    )
+    nothing_sent = read_messages(
+        tmp_path / "b",
+        [message("m1", "s1", "assistant", system=SYSTEM)],
+        [part("p1", "m1", "step-start"), part("p2", "m1", "step-finish")],
+    )
+
+    assert [m["role"] for m in unrecorded] == ["user", "assistant"]
+    assert nothing_sent == []
+
+
+def test_a_tool_call_still_pending_or_running_is_answered_as_interrupted(tmp_path: Path) -> None:
+    transcript = assistant_messages(
+        tmp_path,
+        [
+            tool_part("p1", "m1", "call-1", tool="bash", status="pending", input={}),
+            tool_part("p2", "m1", "call-2", tool="bash", status="running", input={"command": "sleep 99"}),
+        ],
+    )
+
+    assert [m["content"] for m in transcript[1:]] == ["[Tool execution was interrupted]"] * 2
+
+
+def test_an_interrupted_call_that_failed_keeps_the_output_it_had(tmp_path: Path) -> None:
+    transcript = assistant_messages(
+        tmp_path,
+        [
+            tool_part(
+                "p1",
+                "m1",
+                "call-1",
+                status="error",
+                error="aborted",
+                metadata={"interrupted": True, "output": "partial output"},
+            )
+        ],
+    )
+
+    assert transcript[1]["content"] == "partial output"
+
+
+def test_a_pruned_tool_output_is_the_placeholder_the_model_saw(tmp_path: Path) -> None:
+    transcript = assistant_messages(
+        tmp_path,
+        [
+            tool_part(
+                "p1",
+                "m1",
+                "call-1",
+                tool="read",
+                input={"filePath": "a.py"},
+                output="x = 1\n" * 500,
+                time={"start": 1, "end": 2, "compacted": 3},
+            )
+        ],
+    )
+
+    assert transcript[1]["content"] == "[Old tool result content cleared]"
+
+
+def test_compaction_and_subtask_user_messages_say_what_opencode_sends(tmp_path: Path) -> None:
+    transcript = read_messages(
+        tmp_path,
+        [message("m1", "s1", "user", time_created=1), message("m2", "s1", "user", time_created=2)],
+        [
+            part("p1", "m1", "compaction", auto=True),
+            part("p2", "m2", "subtask", prompt="run the tests", description="tests", agent="general"),
+        ],
+    )
+
+    assert transcript == [
+        {"role": "user", "content": "What did we do so far?"},
+        {"role": "user", "content": "The following tool was executed by the user"},
+    ]
+
+
+def test_ignored_text_parts_are_not_sent(tmp_path: Path) -> None:
+    transcript = read_messages(
+        tmp_path,
+        [message("m1", "s1", "user", time_created=1), message("m2", "s1", "user", time_created=2)],
+        [
+            part("p1", "m1", "text", text="kept"),
+            part("p2", "m1", "text", text="ignored", ignored=True),
+            part("p3", "m2", "text", text="only ignored", ignored=True),
+        ],
+    )
+
+    assert transcript == [{"role": "user", "content": "kept"}]
+
+
+def test_a_message_without_parts_is_not_sent(tmp_path: Path) -> None:
+    transcript = read_messages(
+        tmp_path,
+        [message("m1", "s1", "user", time_created=1), message("m2", "s1", "user", time_created=2)],
+        [part("p1", "m2", "text", text="hi")],
+    )
+
+    assert transcript == [{"role": "user", "content": "hi"}]
+
+
+def test_an_assistant_message_that_ended_in_an_api_error_is_not_sent_and_is_the_sessions_error(
+    tmp_path: Path,
+) -> None:
+    api_error = {
+        "name": "APIError",
+        "data": {"message": "Overloaded", "statusCode": 529, "isRetryable": True},
+    }
+    transcript = read_transcript(
+        tmp_path,
+        [
+            message("m1", "s1", "user", time_created=1),
+            message("m2", "s1", "assistant", time_created=2, error=api_error),
+        ],
+        [
+            part("p1", "m1", "text", text="fix it"),
+            part("p2", "m2", "step-start"),
+            part("p3", "m2", "text", text="Let"),
+        ],
+    )
+
+    assert (transcript.messages, transcript.error) == (
+        [{"role": "user", "content": "fix it"}],
+        "APIError: Overloaded",
+    )
+
+
+def test_an_error_the_session_recovered_from_is_not_its_error(tmp_path: Path) -> None:
+    transcript = read_transcript(
+        tmp_path,
+        [
+            message(
+                "m1", "s1", "assistant", time_created=1, error={"name": "APIError", "data": {"message": "x"}}
+            ),
+            message("m2", "s1", "assistant", time_created=2),
+        ],
+        [part("p1", "m1", "text", text="lost"), part("p2", "m2", "text", text="answer")],
+    )
+
+    assert (transcript.messages, transcript.error) == ([{"role": "assistant", "content": "answer"}], None)
+
+
+def test_an_aborted_assistant_message_that_produced_text_is_sent(tmp_path: Path) -> None:
+    aborted = {"name": "MessageAbortedError", "data": {"message": "The operation was aborted."}}
+    transcript = read_transcript(
+        tmp_path,
+        [message("m1", "s1", "assistant", error=aborted)],
+        [part("p1", "m1", "step-start"), part("p2", "m1", "text", text="half an answer")],
+    )
+
+    assert transcript.messages == [{"role": "assistant", "content": "half an answer"}]
+    assert transcript.error == "MessageAbortedError: The operation was aborted."
+
+
+def test_files_and_tool_attachments_handed_to_the_model_are_counted(tmp_path: Path) -> None:
+    image = {"type": "file", "mime": "image/png", "url": "data:image/png;base64,AAAA", "filename": "a.png"}
+    transcript = read_transcript(
+        tmp_path,
+        [message("m1", "s1", "user", time_created=1), message("m2", "s1", "assistant", time_created=2)],
+        [
+            part("p1", "m1", "text", text="what is in the screenshot?"),
+            part("p2", "m1", "file", mime="image/png", url="data:image/png;base64,AAAA"),
+            part("p3", "m1", "file", mime="text/plain", url="file:///a.txt"),  # already text in the message
+            tool_part(
+                "p4",
+                "m2",
+                "call-1",
+                tool="read",
+                output="done",
+                attachments=[image, {**image, "mime": "application/pdf"}],
+            ),
+            tool_part(
+                "p5",
+                "m2",
+                "call-2",
+                tool="read",
+                output="gone",
+                attachments=[image],
+                time={"start": 1, "end": 2, "compacted": 3},
+            ),
+        ],
+    )
+
+    assert transcript.attachments == {"image/png": 2, "application/pdf": 1}
+    assert transcript.messages[0] == {"role": "user", "content": "what is in the screenshot?"}
+
+
+def test_the_model_and_spend_of_the_assistant_messages_are_read(tmp_path: Path) -> None:
+    def spend(cost: float, tokens_in: int, tokens_out: int) -> dict[str, Any]:
+        return {
+            "cost": cost,
+            "tokens": {
+                "input": tokens_in,
+                "output": tokens_out,
+                "reasoning": 1,
+                "cache": {"read": 10, "write": 2},
+            },
+        }
+
+    transcript = read_transcript(
+        tmp_path,
+        [
+            message(
+                "m1",
+                "s1",
+                "assistant",
+                time_created=1,
+                modelID="gpt-5",
+                providerID="openai",
+                **spend(0.5, 100, 20),
+            ),
+            message(
+                "m2",
+                "s1",
+                "assistant",
+                time_created=2,
+                modelID="o3",
+                providerID="openai",
+                **spend(0.25, 50, 5),
+            ),
+        ],
+        [part("p1", "m1", "text", text="a"), part("p2", "m2", "text", text="b")],
+    )
+
+    assert (transcript.model_id, transcript.provider_id) == ("o3", "openai")
+    assert transcript.usage == MessageUsage(
+        cost_usd=0.75,
+        tokens_input=150,
+        tokens_output=25,
+        tokens_reasoning=2,
+        tokens_cache_read=20,
+        tokens_cache_write=4,
+    )

@@ -21,6 +21,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, ins
 
 from rollout_assets import audit
 from rollout_assets.defs.assets import rollout_stats
+from rollout_assets.defs.constants import LEDGER_BLOCKING_CHECKS
 from rollout_assets.defs.instance import ledger_checks, sensor_run_outcomes
 from rollout_assets.defs.round_lock import (
     LOCK_FILE_NAME,
@@ -41,13 +42,7 @@ from rollout_assets_tests.dagster_rounds import (
 )
 
 SMALL = SMALL_SPEC.name
-BLOCKING = [
-    "every_cell_has_one_supervisor_line",
-    "every_line_is_its_invocation_in_order",
-    "every_shot_receipt_has_one_proposer_line",
-    "every_worker_session_accounted_for",
-    "ledger_lines_valid_and_linked",
-]
+BLOCKING = sorted(LEDGER_BLOCKING_CHECKS)
 
 
 @pytest.fixture(scope="module")

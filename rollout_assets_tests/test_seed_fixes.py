@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -184,28 +185,49 @@ def test_an_explicit_null_error_is_no_error(runs: dict[str, Backfilled], demo: D
 
 
 # ---------------------------------------------------------------------------
-# A legacy opencode store (no cost/token columns) reads as null cost
+# A legacy opencode store (no cost/token columns): the spend its messages record, not 0
 # ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def legacy_run(tmp_path_factory: pytest.TempPathFactory) -> Backfilled:
-    layout = write_demo(
+def legacy_layout(tmp_path_factory: pytest.TempPathFactory) -> DemoLayout:
+    return write_demo(
         tmp_path_factory.mktemp("legacy"), rounds=[small_round("legacy")], legacy_opencode_schema=True
     )
+
+
+@pytest.fixture(scope="module")
+def legacy_run(legacy_layout: DemoLayout) -> Backfilled:
     return backfill(
-        layout.rounds[0], opencode_db=layout.opencode_db, claude_projects_dir=layout.claude_projects_dir
+        legacy_layout.rounds[0],
+        opencode_db=legacy_layout.opencode_db,
+        claude_projects_dir=legacy_layout.claude_projects_dir,
     )
 
 
-def test_a_legacy_store_gives_null_cost_and_tokens(legacy_run: Backfilled) -> None:
+def test_a_legacy_store_gives_the_cost_and_tokens_its_messages_record(
+    legacy_run: Backfilled, legacy_layout: DemoLayout
+) -> None:
+    # Summed here with SQLite's own JSON functions over each session's assistant messages.
+    spend = {}
+    connection = sqlite3.connect(legacy_layout.opencode_db)
+    for row in connection.execute(
+        "SELECT session_id, sum(json_extract(data, '$.cost')), sum(json_extract(data, '$.tokens.input')), "
+        "sum(json_extract(data, '$.tokens.output')), sum(json_extract(data, '$.tokens.reasoning')), "
+        "sum(json_extract(data, '$.tokens.cache.read')), sum(json_extract(data, '$.tokens.cache.write')) "
+        "FROM message WHERE json_valid(data) AND json_extract(data, '$.role') = 'assistant' GROUP BY session_id"
+    ):
+        spend[row[0]] = row[1:]
+    connection.close()
     workers = legacy_run.role("worker")
 
     assert len(workers) == 6
     for line in workers:
         cost = line["cost"]
-        assert [cost[key] for key in ("usd", "tokens_in", "tokens_out", "tokens_reasoning")] == [None] * 4
-        assert (cost["cache_read"], cost["cache_write"]) == (None, None)
+        usd, *tokens = spend[line["artifacts"]["transcript_ref"].removeprefix("opencode:")]
+        assert cost["usd"] == pytest.approx(usd)
+        keys = ("tokens_in", "tokens_out", "tokens_reasoning", "cache_read", "cache_write")
+        assert [cost[key] for key in keys] == tokens
         assert isinstance(cost["wall_s"], int)
 
 

@@ -52,7 +52,7 @@ from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 from rollout_assets_tests.dagster_rounds import (
-    CHECK_NAMES,
+    JOB_CHECK_NAMES,
     ROUND,
     ROUND_SPEC,
     SMALL_SPEC,
@@ -1270,7 +1270,7 @@ def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
         )
         assert first.status == DagsterRunStatus.SUCCESS, server.log.read_text(errors="replace")[-4000:]
         assert (first.tags["dagster/partition"], first.tags["dagster/run_key"]) == (ROUND, first_key)
-        assert _check_results(instance, first.run_id) == dict.fromkeys(CHECK_NAMES, (True, ROUND))
+        assert _check_results(instance, first.run_id) == dict.fromkeys(JOB_CHECK_NAMES, (True, ROUND))
         assert (ledger_root / ROUND / "rollout-ledger.jsonl").is_file()
         assert instance.get_dynamic_partitions(ROUNDS_PARTITIONS_NAME) == [ROUND]
         # The summary follows by itself: its automation sensor is on from the start.
@@ -1299,7 +1299,7 @@ def test_dagster_dev_materializes_a_new_round_and_reruns_it_once_after_a_change(
 
     assert second.status == DagsterRunStatus.SUCCESS
     assert second.tags["dagster/run_key"] == second_key
-    assert second_checks == dict.fromkeys(CHECK_NAMES, (True, ROUND))
+    assert second_checks == dict.fromkeys(JOB_CHECK_NAMES, (True, ROUND))
     assert [run.run_id for run in final] == [first.run_id, second.run_id]
 
 

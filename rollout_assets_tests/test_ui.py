@@ -39,6 +39,7 @@ ROUND_ASSETS = [
 EXTERNAL_INPUTS = ["round_outdir", "opencode_db", "claude_projects"]
 LEDGER_CHECKS = [
     "every_cell_has_one_supervisor_line",
+    "every_gap_is_warranted",
     "every_line_is_its_invocation_in_order",
     "every_shot_receipt_has_one_proposer_line",
     "every_worker_session_accounted_for",

@@ -10,4 +10,7 @@ if [ ! -d demo/rounds ]; then
 fi
 .venv/bin/rollout-assets materialize
 echo
+# A releasable dataset of the demo's rounds: scrubbed, split by instance, with its card.
+.venv/bin/rollout-assets release "$ROLLOUT_LEDGER_ROOT" "$PWD/demo/releases" --license cc-by-4.0 --name demo-dataset
+echo
 echo "Open the UI on these materializations: bash scripts/ui.sh   (then http://127.0.0.1:3000)"

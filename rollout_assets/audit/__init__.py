@@ -20,9 +20,14 @@ taken in the same pass); each check's verdict is then a comparison of the two.
     result.py        AuditResult and the multiset comparison
     verdicts.py      the counting, integrity and stats verdicts
     inputs_match.py  the order check's verdict: every line where the inputs put it
+    times.py         the audit's reading of a shot's time stamps, and the shot's window
+    transcripts.py   the audit's reading of a Claude transcript file
+    shot_proofs.py   the proofs of a proposer line's join or gap
+    gap_proofs.py    the gap check's verdict: every gap line's reason holds in the inputs
 """
 
 from rollout_assets.audit.folders import UnreadableRound
+from rollout_assets.audit.gap_proofs import gaps_warranted_verdict
 from rollout_assets.audit.inputs import ExpectedLine, InputsRecount, recount_inputs
 from rollout_assets.audit.inputs_match import inputs_match_verdict
 from rollout_assets.audit.ledger import LedgerRecount, MalformedLedgerLine, SeenLine, recount_ledger
@@ -44,6 +49,7 @@ __all__ = [
     "MalformedLedgerLine",
     "SeenLine",
     "UnreadableRound",
+    "gaps_warranted_verdict",
     "inputs_match_verdict",
     "integrity_verdict",
     "proposers_verdict",

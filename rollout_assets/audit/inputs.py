@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rollout_assets.audit.cells import CellsRecount, recount_cells, resolved_fractions
 from rollout_assets.audit.folders import UnreadableRound
 from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
-from rollout_assets.audit.stores import opencode_sessions
+from rollout_assets.audit.stores import StoreReading, read_store
 from rollout_assets.audit.strict_json import input_json
 from rollout_assets.audit.wording import generation_and_index, rollout_id, unreadable_transcripts_gap
 from rollout_assets.io import read_regular_file
@@ -66,6 +66,15 @@ class InputsRecount:
     run_id: str  # the run_id of every line
     # Every line, in ledger order; None when the recount was taken without the opencode store.
     expected: list[ExpectedLine] | None = None
+    # What the gap proofs read further (see gap_proofs.py): where the inputs are, the store
+    # as the audit read it, and, by rollout id, each supervisor's cell (its runDir, and the
+    # number of worker cwds its result.json lists) and each proposer's shot.
+    out_dir: Path | None = None
+    opencode_db: Path | None = None
+    claude_projects: Path | None = None
+    store: StoreReading = field(default_factory=lambda: StoreReading(False))
+    supervisor_cells: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    shots: dict[str, ProposerWorktree] = field(default_factory=dict)
 
 
 def recount_inputs(
@@ -80,28 +89,30 @@ def recount_inputs(
     transcript files each proposer worktree could be joined to (no file is read)."""
     cells = recount_cells(out_dir, workers)
     worker_cwds = {cwd for _, cwds, _ in cells.in_order for cwd in cwds}
-    store_readable, sessions = (
-        opencode_sessions(opencode_db, worker_cwds) if opencode_db is not None else (False, {})
-    )
+    store = read_store(opencode_db, worker_cwds) if opencode_db is not None else StoreReading(False)
+    sessions = store.sessions
     receipts = list(shot_receipts(out_dir))
     run_id = _run_id(out_dir)
-    return InputsRecount(
+    recount = InputsRecount(
         cells=Counter((cell.candidate_id, cell.scenario_id, cell.rep) for cell, _, _ in cells.in_order),
         worker_cwds=worker_cwds,
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
-        store_readable=store_readable,
+        store_readable=store.readable,
         # once per cell listing the session's cwd: two cells listing one cwd both get its lines
         session_ids=[
             session for _, cwds, _ in cells.in_order for cwd in cwds for session in sessions.get(cwd, [])
         ],
         run_id=run_id,
-        expected=None
-        if opencode_db is None
-        else _expected_lines(
-            run_id, cells, (store_readable, sessions), proposer_worktrees(out_dir, receipts, claude_projects)
-        ),
+        out_dir=out_dir,
+        opencode_db=opencode_db,
+        claude_projects=claude_projects,
+        store=store,
     )
+    if opencode_db is not None:
+        worktrees = proposer_worktrees(out_dir, receipts, claude_projects)
+        recount.expected = _cell_lines(recount, cells) + _proposer_lines(recount, cells, worktrees)
+    return recount
 
 
 def _run_id(out_dir: Path) -> str:
@@ -119,26 +130,18 @@ def _run_id(out_dir: Path) -> str:
     return run_id if isinstance(run_id, str) and run_id else os.path.abspath(out_dir)
 
 
-def _expected_lines(
-    run_id: str,
-    cells: CellsRecount,
-    store: tuple[bool, dict[str, list[str]]],
-    worktrees: list[ProposerWorktree],
-) -> list[ExpectedLine]:
-    """Every line of the round, in ledger order, named by its id (docs/line-format.md, Ids):
-    each cell's supervisor, then one worker line per session of each of its cwds (one gap line
-    for a cwd without a session), cell after cell; then one proposer line per receipt, by path.
-    Each with its parent and what its gap may be."""
-    return _cell_lines(run_id, cells, store) + _proposer_lines(run_id, cells, worktrees)
+# Every line of the round, in ledger order, named by its id (docs/line-format.md, Ids): each
+# cell's supervisor, then one worker line per session of each of its cwds (one gap line for a
+# cwd without a session), cell after cell (`_cell_lines`); then one proposer line per receipt,
+# by path (`_proposer_lines`). Each with its parent and what its gap may be.
 
 
-def _cell_lines(
-    run_id: str, cells: CellsRecount, store: tuple[bool, dict[str, list[str]]]
-) -> list[ExpectedLine]:
-    store_readable, sessions = store
+def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> list[ExpectedLine]:
+    run_id, store_readable, sessions = recount.run_id, recount.store.readable, recount.store.sessions
     lines = []
     for cell, cwds, supervisor_gap in cells.in_order:
         supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
+        recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))
         # A worker line carries its supervisor's candidate and task.
         coordinates = (
             cell.candidate_id,
@@ -163,11 +166,15 @@ def _cell_lines(
     return lines
 
 
-def _proposer_lines(run_id: str, cells: CellsRecount, worktrees: list[ProposerWorktree]) -> list[ExpectedLine]:
+def _proposer_lines(
+    recount: InputsRecount, cells: CellsRecount, worktrees: list[ProposerWorktree]
+) -> list[ExpectedLine]:
     fractions = resolved_fractions(cells)
     lines = []
-    for receipt, worktree, transcripts, unreadable_folder in worktrees:
-        proposer = rollout_id(f"{run_id}|proposer|{receipt.relative_path}")
+    for shot in worktrees:
+        receipt, worktree, transcripts, unreadable_folder = shot[:4]
+        proposer = rollout_id(f"{recount.run_id}|proposer|{receipt.relative_path}")
+        recount.shots[proposer] = shot
         coordinates = (receipt.candidate_id, *generation_and_index(receipt.candidate_id), *receipt.key)
         parts = ("proposer", receipt.relative_path, worktree, transcripts)
         gap: Any = NO_TRANSCRIPT if transcripts == () else TRANSCRIPT

@@ -104,6 +104,9 @@ class LedgerRecount:
     parents: list[tuple[int, str]] = field(default_factory=list)
     # against the inputs: every valid line, in order, as a `SeenLine`
     sequence: list[SeenLine] = field(default_factory=list)
+    # for the gap proofs, what they read beyond a SeenLine: (lineno, worker_cwd, transcript_ref)
+    # of every valid worker line without messages and every valid proposer line, in order
+    claim_subjects: list[tuple[int, Any, Any]] = field(default_factory=list)
     # One tuple per distinct coordinates (a supervisor's workers share its), one string per
     # distinct role or gap: less to keep and to send back from a part's process. Caches of
     # one part's reading, never merged: the lines of a part merged in keep their own.
@@ -244,6 +247,10 @@ class LedgerRecount:
                 bool(value["messages"]),
             )
         )
+        if (role == "worker" and not value["messages"]) or role == "proposer":
+            metrics = outcome["metrics"]
+            cwd = metrics.get("worker_cwd") if role == "worker" and isinstance(metrics, dict) else None
+            self.claim_subjects.append((lineno, cwd, value["artifacts"]["transcript_ref"]))
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
         self._check_reward_source(role, outcome, where)

@@ -49,6 +49,7 @@ class ProposerWorktree(NamedTuple):
     transcripts: tuple[str, ...] | None  # its candidate transcript files; None when not looked up
     # (folder, why) of the first of its project folders that is there but cannot be listed
     unreadable_folder: tuple[str, str] | None = None
+    folders: tuple[str, ...] = ()  # its project folders, there or not
 
 
 def _claude_folder_name(cwd: str) -> str:
@@ -74,6 +75,7 @@ def proposer_worktrees(
         worktree = os.path.join(absolute, "proposer-wt", receipt.key[0])
         transcripts: tuple[str, ...] | None = None
         unreadable_folder = None
+        folders: dict[str, None] = {}
         if projects is not None:
             folders = dict.fromkeys(
                 os.path.join(projects, _claude_folder_name(os.path.join(base, "proposer-wt", receipt.key[0])))
@@ -86,7 +88,7 @@ def proposer_worktrees(
                 if why is not None and unreadable_folder is None:
                     unreadable_folder = (folder, why)
             transcripts = tuple(names)
-        found.append(ProposerWorktree(receipt, worktree, transcripts, unreadable_folder))
+        found.append(ProposerWorktree(receipt, worktree, transcripts, unreadable_folder, tuple(folders)))
     return found
 
 

@@ -70,6 +70,15 @@ def input_json(raw: bytes) -> Any:
     return value
 
 
+def any_depth_json(raw: bytes) -> Any:
+    """A transcript record, read as `input_json` reads a file but at any depth the parsers
+    reach (docs/input-formats.md: no record of a transcript is refused for its depth)."""
+    try:
+        return _loads(raw)
+    except RecursionError as error:
+        raise ValueError("nested deeper than the parsers read") from error
+
+
 class NotALedgerLine(ValueError):
     """Bytes that are no `tangle.rollout.v1` line whatever their JSON: not UTF-8, not ended by
     a single `\\n`, or holding a number no double can hold."""

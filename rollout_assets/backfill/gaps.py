@@ -6,11 +6,11 @@ metadata in the Dagster layer cannot drift apart.
 
 from __future__ import annotations
 
-SUPERVISOR_NOT_PERSISTED = "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
-WORKER_LIST_MISSING_SUFFIX = "; result.json missing: this cell's worker sessions cannot be listed"
-WORKERS_UNLISTED_SUFFIX = (
-    "; result.json reports spawned workers but lists no worker cwds: this cell's worker sessions cannot be listed"
+SUPERVISOR_NOT_PERSISTED = (
+    "supervisor brain transcript not persisted (brain.jsonl carries per-request stats only)"
 )
+WORKER_LIST_MISSING_SUFFIX = "; result.json missing: this cell's worker sessions cannot be listed"
+WORKERS_UNLISTED_SUFFIX = "; result.json reports spawned workers but lists no worker cwds: this cell's worker sessions cannot be listed"
 
 # Gap reason kinds, as stable identifiers (metadata keys, stats tables).
 KIND_SUPERVISOR_NOT_PERSISTED = "supervisor_transcript_not_persisted"
@@ -46,8 +46,11 @@ def supervisor_gap(worker_list_missing: bool, *, workers_unlisted: bool = False)
     return SUPERVISOR_NOT_PERSISTED
 
 
-def opencode_unavailable(worker_cwd: str) -> str:
-    return f"opencode store unavailable; worker cwd {worker_cwd} unrecoverable"
+def opencode_unavailable(worker_cwd: str, problem: str | None = None) -> str:
+    """A worker of a round whose store cannot be read; `problem` says why (the store path and
+    the reason), when the reader knows it."""
+    gap = f"opencode store unavailable; worker cwd {worker_cwd} unrecoverable"
+    return gap if problem is None else f"{gap} ({problem})"
 
 
 def no_opencode_session(worker_cwd: str) -> str:

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any, Self
 
 from rollout_assets.backfill.jsdate import js_date_parse_ms
-from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line, worker_line
+from rollout_assets.backfill.lines import LineContext, proposer_line, supervisor_line
+from rollout_assets.backfill.worker_line import worker_line
 from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.sources.claude import ClaudeTranscript, read_transcript, transcript_files
 from rollout_assets.sources.opencode import OpencodeSession, OpencodeStore
+from rollout_assets.sources.opencode_store import last_problem
 from rollout_assets.sources.round import (
     RoundManifest,
     ShotReceiptFile,
@@ -99,15 +101,20 @@ def _worker_lines(
 ) -> Iterator[dict[str, Any]]:
     """For each distinct cwd: one line per session, or exactly one gap line when there is none."""
     available = store is not None
+    # Why the store could not be read: what this process (or the one that forked it to run
+    # this round's units) found when it tried.
+    problem = None if available else last_problem()
     for cwd in row.worker_cwds:
         sessions = sessions_by_cwd.get(cwd, [])
         if not sessions:
-            yield worker_line(context, row.supervisor, cwd, None, [], store_available=available)
+            yield worker_line(
+                context, row.supervisor, cwd, None, None, store_available=available, store_problem=problem
+            )
             continue
         for session in sessions:
             assert store is not None
-            messages = store.session_messages(session.id)
-            yield worker_line(context, row.supervisor, cwd, session, messages, store_available=available)
+            transcript = store.session_transcript(session.id)
+            yield worker_line(context, row.supervisor, cwd, session, transcript, store_available=available)
 
 
 def proposer_lines(
@@ -218,7 +225,7 @@ class _WorktreeTranscripts:
 def choose_transcript(
     candidates: list[ClaudeTranscript], receipt: dict[str, Any] | None
 ) -> ClaudeTranscript | None:
-    """The transcript of a shot (inputs.md §6), or None when none matches."""
+    """The transcript of a shot (docs/input-formats.md §6), or None when none matches."""
     receipt = receipt or {}
     started = js_date_parse_ms(receipt.get("startedAt"))
     completed = js_date_parse_ms(receipt.get("completedAt"))

@@ -1,4 +1,6 @@
-"""One function per role, building `tangle.rollout.v1` lines as plain dicts (rollout-v1.md).
+"""One function per role, building `tangle.rollout.v1` lines as plain dicts (docs/line-format.md).
+
+The worker line, built around an opencode session, is in backfill/worker_line.py.
 
 Pure: every input is already read (cell record, result.json, judge.json, session rows,
 transcripts); nothing here touches the disk. Every optional field is read behind its own
@@ -7,13 +9,12 @@ type guard and becomes null, never a made-up default.
 
 from __future__ import annotations
 
-import math
 import posixpath
 from dataclasses import dataclass
 from typing import Any
 
 from rollout_assets.backfill import gaps
-from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id, worker_rollout_id
+from rollout_assets.backfill.ids import proposer_rollout_id, supervisor_rollout_id
 from rollout_assets.ledger import ROLLOUT_SCHEMA
 from rollout_assets.sources.claude import ClaudeTranscript, ClaudeUsage
 from rollout_assets.io import (
@@ -26,7 +27,6 @@ from rollout_assets.io import (
     string_or_none,
     to_json_text,
 )
-from rollout_assets.sources.opencode import OpencodeSession
 from rollout_assets.sources.round import (
     CampaignEntry,
     CellRecord,
@@ -57,7 +57,7 @@ def _provenance(ctx: LineContext, gap: str | None) -> dict[str, Any]:
     return provenance
 
 
-def _line(
+def line_dict(
     ctx: LineContext,
     *,
     rollout_id: str,
@@ -91,6 +91,19 @@ def _line(
         "cost": cost,
         "artifacts": artifacts,
         "provenance": _provenance(ctx, gap),
+    }
+
+
+def policy_dict(
+    harness: str | None, model: str | None, provider: str | None, profile_commit: str | None
+) -> dict[str, Any]:
+    return {
+        "harness": harness,
+        "harness_version": None,
+        "model": model,
+        "provider": provider,
+        "profile_commit": profile_commit,
+        "sampling": None,
     }
 
 
@@ -155,36 +168,16 @@ def supervisor_line(
     run_dir = cell.run_dir
     reward = cell_reward(record)
     provider, model = split_model_ref(record.get("resolvedModel"))
-    result_or_empty = result or {}
-    sup_status = string_or_none(result_or_empty.get("sup_status"))
-    subtasks = result_or_empty.get("subtasks")
+    sup_status = string_or_none((result or {}).get("sup_status"))
     error = _cell_error(record)
     # A cell whose arm ran (runDir known) but left no readable result.json: its workers
     # existed, yet none can be listed. Say so instead of silently emitting no worker line.
     worker_list_missing = run_dir is not None and result is None
     workers_unlisted = result is not None and reports_unlisted_workers(result)
-    metrics: dict[str, Any] = {
-        "resolved": artifact_or_empty.get("resolved"),
-        "verify_pass": artifact_or_empty.get("verifyPass"),
-        "patch_lines": artifact_or_empty.get("patchLines"),
-        "judge_attempts": artifact_or_empty.get("judgeAttempts"),
-        "judge_wall_s": artifact_or_empty.get("judgeWallS"),
-        # Supervisor-tree spend; the durable episode receipt is cost.usd. recovered_tokens
-        # is the EPISODE total (workers included): do not sum tokens across roles.
-        "spent_tokens": artifact_or_empty.get("spentTokens"),
-        "spent_usd": artifact_or_empty.get("spentUsd"),
-        "recovered_tokens": artifact_or_empty.get("recoveredTokens"),
-        "sup_status": sup_status,
-        "sup_verdict": string_or_none(result_or_empty.get("sup_verdict")),
-        "spawned": number_or_none(result_or_empty.get("spawned")),
-        "workers": number_or_none(result_or_empty.get("workers")),
-        "settled": number_or_none(result_or_empty.get("settled")),
-        "subtasks": subtasks if isinstance(subtasks, list) else None,
-        "cached": record.get("cached"),
-    }
+    metrics = _supervisor_metrics(record, artifact_or_empty, result or {})
     if worker_list_missing or workers_unlisted:
         metrics["worker_list_missing"] = True
-    return _line(
+    return line_dict(
         ctx,
         rollout_id=supervisor_rollout_id(
             ctx.run_id, candidate_id(entry.generation, entry.candidate_index), cell.scenario_id, cell.rep
@@ -194,14 +187,9 @@ def supervisor_line(
         candidate_index=entry.candidate_index,
         role="supervisor",
         task=_cell_task(cell, record),
-        policy={
-            "harness": "pi-loops",
-            "harness_version": None,
-            "model": model,
-            "provider": provider,
-            "profile_commit": cell.commit if cell.commit is not None else entry.commit,
-            "sampling": None,
-        },
+        policy=policy_dict(
+            "pi-loops", model, provider, cell.commit if cell.commit is not None else entry.commit
+        ),
         messages=[],
         outcome={
             "reward": reward,
@@ -213,17 +201,7 @@ def supervisor_line(
             "is_truncated": sup_status == "running",
             "error": error,
         },
-        cost={
-            "usd": number_or_none(record.get("costUsd")),
-            # The brain's token split is not recorded (brain.jsonl is stats-only);
-            # totals live in metrics.spent_tokens / recovered_tokens.
-            "tokens_in": None,
-            "tokens_out": None,
-            "tokens_reasoning": None,
-            "cache_read": None,
-            "cache_write": None,
-            "wall_s": number_or_none(artifact_or_empty.get("wallS")),
-        },
+        cost=_supervisor_cost(record, artifact_or_empty),
         artifacts={
             "patch_path": string_or_none(artifact_or_empty.get("patchPath")),
             "run_dir": run_dir,
@@ -231,6 +209,45 @@ def supervisor_line(
         },
         gap=gaps.supervisor_gap(worker_list_missing, workers_unlisted=workers_unlisted),
     )
+
+
+def _supervisor_metrics(
+    record: dict[str, Any], artifact: dict[str, Any], result: dict[str, Any]
+) -> dict[str, Any]:
+    subtasks = result.get("subtasks")
+    return {
+        "resolved": artifact.get("resolved"),
+        "verify_pass": artifact.get("verifyPass"),
+        "patch_lines": artifact.get("patchLines"),
+        "judge_attempts": artifact.get("judgeAttempts"),
+        "judge_wall_s": artifact.get("judgeWallS"),
+        # Supervisor-tree spend; the durable episode receipt is cost.usd. recovered_tokens
+        # is the EPISODE total (workers included): do not sum tokens across roles.
+        "spent_tokens": artifact.get("spentTokens"),
+        "spent_usd": artifact.get("spentUsd"),
+        "recovered_tokens": artifact.get("recoveredTokens"),
+        "sup_status": string_or_none(result.get("sup_status")),
+        "sup_verdict": string_or_none(result.get("sup_verdict")),
+        "spawned": number_or_none(result.get("spawned")),
+        "workers": number_or_none(result.get("workers")),
+        "settled": number_or_none(result.get("settled")),
+        "subtasks": subtasks if isinstance(subtasks, list) else None,
+        "cached": record.get("cached"),
+    }
+
+
+def _supervisor_cost(record: dict[str, Any], artifact: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "usd": number_or_none(record.get("costUsd")),
+        # The brain's token split is not recorded (brain.jsonl is stats-only);
+        # totals live in metrics.spent_tokens / recovered_tokens.
+        "tokens_in": None,
+        "tokens_out": None,
+        "tokens_reasoning": None,
+        "cache_read": None,
+        "cache_write": None,
+        "wall_s": number_or_none(artifact.get("wallS")),
+    }
 
 
 def _cell_task(cell: CellRecord, record: dict[str, Any]) -> dict[str, Any]:
@@ -241,86 +258,6 @@ def _cell_task(cell: CellRecord, record: dict[str, Any]) -> dict[str, Any]:
         "seed": integer_or_none(record.get("seed")),
         "rep": cell.rep,
     }
-
-
-def worker_line(
-    ctx: LineContext,
-    supervisor: dict[str, Any],
-    worker_cwd: str,
-    session: OpencodeSession | None,
-    messages: list[dict[str, Any]],
-    *,
-    store_available: bool,
-) -> dict[str, Any]:
-    """One opencode worker session of a cell (or the gap line of a cwd without one).
-
-    Everything the worker shares with its episode (coordinates, task, profile commit,
-    run dir, reward) is taken from the supervisor line, so the two cannot disagree.
-    """
-    reward = supervisor["outcome"]["reward"]
-    if messages:
-        gap = None
-    elif session is None:
-        gap = (
-            gaps.no_opencode_session(worker_cwd) if store_available else gaps.opencode_unavailable(worker_cwd)
-        )
-    else:
-        gap = gaps.opencode_session_empty(session.id)
-    wall_s = None
-    if session is not None and session.time_created is not None and session.time_updated is not None:
-        elapsed_ms = session.time_updated - session.time_created
-        # Finite times so far apart that their difference overflows have no duration either.
-        wall_s = round_half_up(elapsed_ms / 1000) if math.isfinite(elapsed_ms) else None
-    return _line(
-        ctx,
-        rollout_id=worker_rollout_id(supervisor["rollout_id"], worker_cwd, session.id if session else None),
-        parent_rollout_id=supervisor["rollout_id"],
-        generation=supervisor["generation"],
-        candidate_index=supervisor["candidate_index"],
-        role="worker",
-        task=supervisor["task"],
-        policy={
-            "harness": "opencode",
-            "harness_version": None,
-            "model": session.model_id if session is not None else None,
-            "provider": session.provider_id if session is not None else None,
-            "profile_commit": supervisor["policy"]["profile_commit"],
-            "sampling": None,
-        },
-        messages=messages,
-        outcome={
-            # Episode-level credit: the worker has no verdict of its own.
-            "reward": reward,
-            "reward_source": None if reward is None else f"{OFFICIAL_JUDGE}/inherited",
-            "verdict": None,
-            "metrics": {
-                "worker_cwd": worker_cwd,
-                "session_agent": session.agent if session is not None else None,
-                "session_parent_id": session.parent_id if session is not None else None,
-                "has_session": session is not None,
-            },
-            # A session with no readable parts is a gap line, not a completed invocation:
-            # training filters keyed on is_completed alone would otherwise pull empty transcripts.
-            "is_completed": session is not None and len(messages) > 0,
-            "is_truncated": False,
-            "error": None,
-        },
-        cost={
-            "usd": session.cost_usd if session is not None else None,
-            "tokens_in": session.tokens_input if session is not None else None,
-            "tokens_out": session.tokens_output if session is not None else None,
-            "tokens_reasoning": session.tokens_reasoning if session is not None else None,
-            "cache_read": session.tokens_cache_read if session is not None else None,
-            "cache_write": session.tokens_cache_write if session is not None else None,
-            "wall_s": wall_s,
-        },
-        artifacts={
-            "patch_path": None,
-            "run_dir": supervisor["artifacts"]["run_dir"],
-            "transcript_ref": f"opencode:{session.id}" if session is not None else None,
-        },
-        gap=gap,
-    )
 
 
 def proposer_line(
@@ -338,25 +275,10 @@ def proposer_line(
     receipt_or_empty = receipt or {}
     worktree_cwd = shot.worktree_cwd(out_dir)
     shot_candidate = candidate_id(shot.generation, shot.candidate_index)
-    # The proposer's reward is its candidate's official resolved fraction; fail-closed
-    # null when the candidate has no scored entry, or no verdict on any of the round's
-    # instances (no cells yet, or every one errored): 0 would say it resolved nothing.
-    reward = None
-    if entry is not None and ctx.instance_count > 0 and entry.judged_count > 0:
-        reward = _js_number(entry.resolved_count / ctx.instance_count)
-    if unreadable is not None:
-        gap: str | None = gaps.claude_transcripts_unreadable(worktree_cwd, *unreadable)
-    elif transcript is None:
-        gap = gaps.no_claude_transcript(worktree_cwd)
-    elif not transcript.messages:
-        gap = gaps.claude_transcript_empty(str(transcript.path))
-    else:
-        gap = None
-    duration_ms = receipt_or_empty.get("durationMs")
-    usage = transcript.usage if transcript is not None else ClaudeUsage()  # no transcript: every count null
+    reward = _proposer_reward(ctx, entry)
     exit_code = receipt_or_empty.get("exitCode")
     model = transcript.model if transcript is not None else None
-    return _line(
+    return line_dict(
         ctx,
         rollout_id=proposer_rollout_id(ctx.run_id, shot.relative_path(out_dir)),
         parent_rollout_id=None,
@@ -370,49 +292,78 @@ def proposer_line(
             "seed": None,
             "rep": shot.shot,
         },
-        policy={
-            "harness": string_or_none(receipt_or_empty.get("harness")),
-            "harness_version": None,
-            "model": model if model is not None else string_or_none(receipt_or_empty.get("model")),
-            "provider": None,
-            "profile_commit": entry.commit if entry is not None else None,
-            "sampling": None,
-        },
+        policy=policy_dict(
+            string_or_none(receipt_or_empty.get("harness")),
+            model if model is not None else string_or_none(receipt_or_empty.get("model")),
+            None,
+            entry.commit if entry is not None else None,
+        ),
         messages=transcript.messages if transcript is not None else [],
         outcome={
             "reward": reward,
             "reward_source": None if reward is None else f"{OFFICIAL_JUDGE}/candidate-resolved-fraction",
             "verdict": None,
-            "metrics": {
-                "resolved_count": entry.resolved_count if entry is not None else None,
-                "instance_count": ctx.instance_count,
-                "exit_code": number_or_none(exit_code),
-                "timed_out": receipt_or_empty.get("timedOut")
-                if isinstance(receipt_or_empty.get("timedOut"), bool)
-                else None,
-                "author": shot.author,
-                "max_shots": number_or_none(receipt_or_empty.get("maxShots")),
-                "prompt_sha256": string_or_none(receipt_or_empty.get("promptSha256")),
-            },
+            "metrics": _proposer_metrics(ctx, shot, receipt_or_empty, entry),
             "is_completed": is_number(exit_code) and exit_code == 0,
             "is_truncated": receipt_or_empty.get("timedOut") is True,
             "error": string_or_none(receipt_or_empty.get("error")),
         },
-        cost={
-            "usd": number_or_none(receipt_or_empty.get("costUsd")),
-            # Sums over the transcript's messages: null when no message recorded the count, or
-            # when the sum overflows a double.
-            "tokens_in": finite_or_none(usage.tokens_in),
-            "tokens_out": finite_or_none(usage.tokens_out),
-            "tokens_reasoning": None,
-            "cache_read": finite_or_none(usage.cache_read),
-            "cache_write": finite_or_none(usage.cache_write),
-            "wall_s": round_half_up(duration_ms / 1000) if is_number(duration_ms) else None,
-        },
+        cost=_proposer_cost(receipt_or_empty, transcript),
         artifacts={
             "patch_path": entry.diff_path if entry is not None else None,
             "run_dir": worktree_cwd,
             "transcript_ref": str(transcript.path) if transcript is not None else shot.path,
         },
-        gap=gap,
+        gap=_proposer_gap(worktree_cwd, transcript, unreadable),
     )
+
+
+def _proposer_reward(ctx: LineContext, entry: CampaignEntry | None) -> int | float | None:
+    # The proposer's reward is its candidate's official resolved fraction; fail-closed
+    # null when the candidate has no scored entry, or no verdict on any of the round's
+    # instances (no cells yet, or every one errored): 0 would say it resolved nothing.
+    if entry is not None and ctx.instance_count > 0 and entry.judged_count > 0:
+        return _js_number(entry.resolved_count / ctx.instance_count)
+    return None
+
+
+def _proposer_gap(
+    worktree_cwd: str, transcript: ClaudeTranscript | None, unreadable: tuple[str, str] | None
+) -> str | None:
+    if unreadable is not None:
+        return gaps.claude_transcripts_unreadable(worktree_cwd, *unreadable)
+    if transcript is None:
+        return gaps.no_claude_transcript(worktree_cwd)
+    if not transcript.messages:
+        return gaps.claude_transcript_empty(str(transcript.path))
+    return None
+
+
+def _proposer_metrics(
+    ctx: LineContext, shot: ShotReceiptFile, receipt: dict[str, Any], entry: CampaignEntry | None
+) -> dict[str, Any]:
+    return {
+        "resolved_count": entry.resolved_count if entry is not None else None,
+        "instance_count": ctx.instance_count,
+        "exit_code": number_or_none(receipt.get("exitCode")),
+        "timed_out": receipt.get("timedOut") if isinstance(receipt.get("timedOut"), bool) else None,
+        "author": shot.author,
+        "max_shots": number_or_none(receipt.get("maxShots")),
+        "prompt_sha256": string_or_none(receipt.get("promptSha256")),
+    }
+
+
+def _proposer_cost(receipt: dict[str, Any], transcript: ClaudeTranscript | None) -> dict[str, Any]:
+    duration_ms = receipt.get("durationMs")
+    usage = transcript.usage if transcript is not None else ClaudeUsage()  # no transcript: every count null
+    return {
+        "usd": number_or_none(receipt.get("costUsd")),
+        # Sums over the transcript's messages: null when no message recorded the count, or
+        # when the sum overflows a double.
+        "tokens_in": finite_or_none(usage.tokens_in),
+        "tokens_out": finite_or_none(usage.tokens_out),
+        "tokens_reasoning": None,
+        "cache_read": finite_or_none(usage.cache_read),
+        "cache_write": finite_or_none(usage.cache_write),
+        "wall_s": round_half_up(duration_ms / 1000) if is_number(duration_ms) else None,
+    }

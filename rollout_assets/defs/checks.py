@@ -125,6 +125,19 @@ def every_line_is_its_invocation_in_order(
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
+def every_gap_is_warranted(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
+    """Every gap line's reason holds in the inputs, read by the audit's own path (no session of
+    the cwd in the store, no message and part rows that make a message, no transcript starting
+    inside the shot's window, a store or file the audit cannot read either, ...); every proposer
+    line joined to a transcript names a file of its worktree's project folder that starts
+    inside the shot's window."""
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
+    return _result(audit.gaps_warranted_verdict(inputs, ledger), context.partition_key)
+
+
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
 def ledger_lines_valid_and_linked(
     context: AssetCheckExecutionContext, locations: RoundLocations
 ) -> AssetCheckResult:
@@ -165,6 +178,7 @@ ROUND_CHECKS = [
     every_worker_session_accounted_for,
     every_shot_receipt_has_one_proposer_line,
     every_line_is_its_invocation_in_order,
+    every_gap_is_warranted,
     ledger_lines_valid_and_linked,
     stats_reconcile_with_ledger,
     every_cell_lists_its_workers,

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dagster import Failure, MetadataValue
+from dagster import DagsterInstance, Failure, MetadataValue
 
 from rollout_assets.defs.constants import MAY_PASS
+from rollout_assets.defs.instance import ledger_checks
 from rollout_assets.errors import RoundError
 from rollout_assets.ledger import WriterBusyError
 from rollout_assets.stages import TranscriptLossError
@@ -58,3 +59,20 @@ def round_errors_fail_the_step(round_key: str | None = None) -> Iterator[None]:
         yield
     except RoundError as error:
         raise round_failure(error, round_key) from error
+
+
+def refuse_unless_ledger_checks_passed(instance: DagsterInstance, key: str, doing: str) -> None:
+    """Fail the step unless the round's latest ledger passed its blocking checks. In a run of
+    the round those checks stop the downstream steps when they fail; a step selected alone (the
+    UI's "Materialize" on that asset) is stopped by nothing else, so the recorded verdicts are asked."""
+    checks = ledger_checks(instance, [key])[key]
+    if not checks.passed:
+        raise Failure(
+            description=f"round {key}: not {doing}, {checks.problem()}; "
+            "materialize rollout_ledger (with its checks) for this round first",
+            metadata={
+                "round": key,
+                "failed_checks": list(checks.failed),
+                "not_evaluated_checks": list(checks.not_evaluated),
+            },
+        )

@@ -160,6 +160,16 @@ def _latest_materialization(instance: DagsterInstance, asset: AssetKey, round_ke
     return records[0] if records and records[0].asset_materialization is not None else None
 
 
+def latest_metadata(instance: DagsterInstance, asset: AssetKey, name: str) -> Any:
+    """The value of metadata entry `name` of the latest materialization of an unpartitioned
+    asset, or None."""
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=asset), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    entry = records[0].asset_materialization.metadata.get(name)
+    return entry.value if entry is not None else None
+
+
 def materialized_fingerprint(instance: DagsterInstance, round_key: str) -> str | None:
     """The input fingerprint of the round's ledger as it stands, when the instance knows it: the
     one recorded by the latest `rollout_stats` materialization (the run's tag, from the sensor or
@@ -206,52 +216,57 @@ class LedgerChecks:
         return f"the blocking check(s) {', '.join(self.not_evaluated)} have not been evaluated on its latest ledger"
 
 
-def _ledger_materialized(instance: DagsterInstance, round_key: str) -> bool:
-    records_filter = AssetRecordsFilter(asset_key=ROLLOUT_LEDGER, asset_partitions=[round_key])
+def _materialized(instance: DagsterInstance, asset: AssetKey, round_key: str) -> bool:
+    records_filter = AssetRecordsFilter(asset_key=asset, asset_partitions=[round_key])
     return bool(instance.fetch_materializations(records_filter, limit=1).records)
 
 
-def _verdicts_of_the_ledgers_run(
-    instance: DagsterInstance, round_key: str, names: Iterable[str]
+def _verdicts_of_the_writing_run(
+    instance: DagsterInstance, asset: AssetKey, round_key: str, names: Iterable[str]
 ) -> dict[str, bool]:
-    """The verdicts (passed or not) on the round's latest ledger of the checks `names`, by name,
-    as the run that wrote that ledger evaluated them; a check it did not evaluate is left out."""
-    ledger = _latest_materialization(instance, ROLLOUT_LEDGER, round_key)
-    if ledger is None:
+    """The verdicts (passed or not) of the checks `names` on the round's latest materialization
+    of `asset`, by name, as the run that wrote it evaluated them; a check it did not evaluate
+    is left out."""
+    latest = _latest_materialization(instance, asset, round_key)
+    if latest is None:
         return {}
     verdicts: dict[str, bool] = {}
-    for entry in instance.all_logs(ledger.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
+    for entry in instance.all_logs(latest.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
         evaluation = entry.dagster_event.event_specific_data if entry.dagster_event else None
         if not isinstance(evaluation, AssetCheckEvaluation):
             continue
         target = evaluation.target_materialization_data
         if (
-            evaluation.asset_key == ROLLOUT_LEDGER
+            evaluation.asset_key == asset
             and evaluation.partition == round_key
             and evaluation.check_name in names
-            and (target is None or target.storage_id == ledger.storage_id)
+            and (target is None or target.storage_id == latest.storage_id)
         ):
             verdicts[evaluation.check_name] = evaluation.passed  # in order: the last one stands
     return verdicts
 
 
-def _round_ledger_checks(
-    instance: DagsterInstance, round_key: str, blocking: list[AssetCheckKey], infos: dict[tuple, Any]
+def _round_checks(
+    instance: DagsterInstance,
+    asset: AssetKey,
+    round_key: str,
+    blocking: list[AssetCheckKey],
+    infos: dict[tuple, Any],
 ) -> LedgerChecks:
     found = [infos[round_key, check] for check in blocking if (round_key, check) in infos]
-    # An evaluation's record knows the ledger's latest materialization; without one, ask.
+    # An evaluation's record knows the asset's latest materialization; without one, ask.
     if found:
         materialized = any(info.latest_materialization_storage_id is not None for info in found)
     else:
-        materialized = _ledger_materialized(instance, round_key)
-    verdicts: dict[str, bool] = {}  # by check name; a check not evaluated on the latest ledger is left out
+        materialized = _materialized(instance, asset, round_key)
+    verdicts: dict[str, bool] = {}  # by check name; a check not evaluated on the latest one is left out
     planned: list[str] = []
     for check in blocking:
         info = infos.get((round_key, check))
         if info is None:
             continue
         status = info.latest_execution_status.value
-        # Evaluated means: on the ledger's latest materialization, not on an earlier one.
+        # Evaluated means: on the asset's latest materialization, not on an earlier one.
         if status in _COMPLETED and info.is_current:
             verdicts[check.name] = status == _PASSED
         elif status not in _COMPLETED:
@@ -259,8 +274,8 @@ def _round_ledger_checks(
     if planned and materialized:
         # The latest record of these checks is a run's plan, never (or not yet) executed: a run
         # of the round that failed before its checks, or one still in progress. It says nothing
-        # of the ledger as it stands, which the run that wrote it judged.
-        verdicts.update(_verdicts_of_the_ledgers_run(instance, round_key, planned))
+        # of the materialization as it stands, which the run that wrote it judged.
+        verdicts.update(_verdicts_of_the_writing_run(instance, asset, round_key, planned))
     names = [check.name for check in blocking]
     failed = tuple(name for name in names if verdicts.get(name) is False)
     not_evaluated = tuple(name for name in names if name not in verdicts)
@@ -269,14 +284,22 @@ def _round_ledger_checks(
 
 def ledger_checks(instance: DagsterInstance, round_keys: Iterable[str]) -> dict[str, LedgerChecks]:
     """The blocking checks of each round's latest `rollout_ledger` materialization, as the
+    instance recorded them (see `blocking_checks`)."""
+    return blocking_checks(instance, ROLLOUT_LEDGER, LEDGER_BLOCKING_CHECKS, round_keys)
+
+
+def blocking_checks(
+    instance: DagsterInstance, asset: AssetKey, check_names: Iterable[str], round_keys: Iterable[str]
+) -> dict[str, LedgerChecks]:
+    """The checks `check_names` of each round's latest materialization of `asset`, as the
     instance recorded them: one query per check for all the rounds, one per round that no
     check evaluated, and two per round whose latest record of a check is another run's plan
     (a run of the round that failed before its checks): then the verdicts are those of the run
-    that wrote the ledger."""
+    that wrote the materialization."""
     round_keys = list(round_keys)
     if not round_keys:
         return {}
-    blocking = [AssetCheckKey(ROLLOUT_LEDGER, name) for name in sorted(LEDGER_BLOCKING_CHECKS)]
+    blocking = [AssetCheckKey(asset, name) for name in sorted(check_names)]
     recorded = instance.event_log_storage.get_asset_check_partition_info(blocking, partition_keys=round_keys)
     infos = {(info.partition_key, info.check_key): info for info in recorded}
-    return {key: _round_ledger_checks(instance, key, blocking, infos) for key in round_keys}
+    return {key: _round_checks(instance, asset, key, blocking, infos) for key in round_keys}

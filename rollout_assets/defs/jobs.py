@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from rollout_assets.defs.constants import ROUNDS_GROUP, SUMMARY_GROUP
+from rollout_assets.defs.constants import ROUNDS_GROUP, SUMMARY_GROUP, TRAINING_GROUP
 
 materialize_round = define_asset_job(
     "materialize_round",
-    selection=AssetSelection.groups(ROUNDS_GROUP),
-    description="Materialize and check every asset of one round (one `rounds` partition).",
+    selection=AssetSelection.groups(ROUNDS_GROUP, TRAINING_GROUP),
+    description="Materialize and check every asset of one round (one `rounds` partition), its training data included.",
 )
 
 materialize_summary = define_asset_job(

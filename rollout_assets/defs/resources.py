@@ -280,19 +280,15 @@ class RoundLocations(ConfigurableResource):
         a run may select any one of them."""
         self.check_ledger_root()
         outputs = self.ledger_root.outputs(round_key)
-        # The folders the stages write in (the round's, stages/, stages/built-from/): a symlink
-        # at any of them could lead among the inputs.
+        # The folders the stages write in (the round's, stages/, stages/built-from/, training/):
+        # a symlink at any of them could lead among the inputs.
         for folder in (
             outputs.manifest.parent,
             outputs.campaign_cells.parent,
             outputs.built_from("round_manifest").parent,
+            outputs.training,
         ):
-            overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
-            if overlap is not None:
-                raise ConfigurationError(
-                    f"refusing the output folder {folder} of round {round_key}: symlinks followed, {overlap[0]}; "
-                    "replace the link with a folder of its own"
-                )
+            self.refuse_among_inputs(folder, f"the output folder {folder} of round {round_key}")
         writable = self.ledger_root.writable_outputs(round_key)
         self._hold_round_lock(round_key, writable)
         return writable
@@ -306,6 +302,14 @@ class RoundLocations(ConfigurableResource):
         self._round_locks[round_key] = acquire_round_lock(
             outputs.folder, round_key, f"{holder} (process {os.getpid()})"
         )
+
+    def refuse_among_inputs(self, folder: Path, what: str) -> None:
+        """ConfigurationError when `folder` (symlinks followed) leads among the inputs."""
+        overlap = _overlap_with_inputs(folder, self.rounds_root, self.opencode, self.claude)
+        if overlap is not None:
+            raise ConfigurationError(
+                f"refusing {what}: symlinks followed, {overlap[0]}; replace the link with a folder of its own"
+            )
 
 
 class RoundDiscovery(ConfigurableResource):

@@ -8,7 +8,6 @@ Lines are plain dicts produced elsewhere. The writer validates each one and writ
 dict itself, key order included: it never rewrites a line through the model.
 """
 
-from rollout_assets.errors import RoundError
 import contextlib
 import fcntl
 import json
@@ -23,6 +22,7 @@ from typing import Any, BinaryIO, Self
 import orjson
 from pydantic import ValidationError
 
+from rollout_assets.errors import RoundError
 from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, RolloutLine
 
 StrPath = str | os.PathLike[str]

@@ -1,6 +1,6 @@
 """The `tangle.rollout.v1` line as pydantic v2 models: its types and its rules.
 
-Owns what a valid line is (spec: /work/shared/spec/rollout-v1.md). Does not own where a
+Owns what a valid line is (spec: docs/line-format.md). Does not own where a
 line's values come from (backfill/) nor how lines reach disk (ledger/io.py).
 
 Lines are produced elsewhere as plain dicts; these models only judge them. Types are

@@ -1,4 +1,4 @@
-"""The Claude Code transcript reader: proposer sessions (inputs.md §5).
+"""The Claude Code transcript reader: proposer sessions (docs/input-formats.md §5).
 
 Owns: locating a working directory's project folder, and parsing one transcript file into
 chat messages, token usage, start/end times and the model. Does not own: which transcript a
@@ -52,7 +52,10 @@ def cannot_read_reason(error: OSError) -> str | None:
     A name too long for the filesystem is not there: no folder can have it. The project folder
     of a worktree path over 255 bytes has such a name, and it must not hide the transcripts of
     the worktree's other spelling (its real path, or the path it was given)."""
-    if isinstance(error, (FileNotFoundError, NotADirectoryError, NotARegularFile)) or error.errno == errno.ENAMETOOLONG:
+    if (
+        isinstance(error, (FileNotFoundError, NotADirectoryError, NotARegularFile))
+        or error.errno == errno.ENAMETOOLONG
+    ):
         return None
     return error.strerror or str(error)
 
@@ -169,6 +172,7 @@ def read_transcript(path: str | os.PathLike[str]) -> ClaudeTranscript:
     except OSError as error:
         why = None if _no_file_there(path) else cannot_read_reason(error)
         return ClaudeTranscript(path=Path(path), unreadable=why)
+    parser.count_usage()
     return transcript
 
 
@@ -179,9 +183,13 @@ class _TranscriptParser:
         self.transcript = transcript
         self.open_turn_id: str | None = None
         self.open_turn: dict[str, Any] | None = None
-        # Usage is counted once per API message id, whatever its block lines hold:
-        # Claude Code repeats the message's usage on every block line.
-        self.usage_counted_ids: set[str] = set()
+        # The usage of an API message is its final one, counted once per message id. Claude
+        # Code writes a line per content block, each with the message's usage: 2.x repeats the
+        # final usage on every line, 1.0.x wrote the lines as the response streamed, so only
+        # the last line of an id carries the final `output_tokens` (earlier ones a partial
+        # count). The last usage of each id is kept, in the order the ids first appear; a line
+        # without an id is a message of its own.
+        self.final_usage: dict[str | int, dict[str, Any]] = {}
 
     def feed(self, raw_line: bytes) -> None:
         line = raw_line.decode("utf-8", errors="replace")
@@ -209,6 +217,11 @@ class _TranscriptParser:
             self._user(message)
         else:
             self._assistant(message)
+
+    def count_usage(self) -> None:
+        """Sum the final usage of every API message read (after the last line)."""
+        for usage in self.final_usage.values():
+            self.transcript.usage.add(usage)
 
     def _user(self, message: dict[str, Any]) -> None:
         self.open_turn_id = None
@@ -239,10 +252,8 @@ class _TranscriptParser:
             self.transcript.model = model
         api_id = message.get("id") if isinstance(message.get("id"), str) else None
         usage = message.get("usage")
-        if is_record(usage) and (api_id is None or api_id not in self.usage_counted_ids):
-            self.transcript.usage.add(usage)
-            if api_id is not None:
-                self.usage_counted_ids.add(api_id)
+        if is_record(usage):
+            self.final_usage[api_id if api_id is not None else len(self.final_usage)] = usage
         content = message.get("content")
         if not isinstance(content, list):
             return
@@ -312,5 +323,7 @@ def _result_text(block: dict[str, Any]) -> str:
     if not isinstance(content, list):
         return ""
     return "\n".join(
-        b["text"] for b in content if is_record(b) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        b["text"]
+        for b in content
+        if is_record(b) and b.get("type") == "text" and isinstance(b.get("text"), str)
     )

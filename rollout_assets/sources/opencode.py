@@ -1,12 +1,14 @@
-"""The opencode store reader: worker sessions and their transcripts (inputs.md §4).
+"""The opencode store reader: worker sessions and their transcripts (docs/input-formats.md §4).
 
-Owns: opening the SQLite store read-only, finding the sessions of worker directories, and
-turning a session's messages and parts into OpenAI chat-with-tools messages. Does not own:
-which cwds to look up (the round) or the ledger line built around a session (the join).
+Owns: opening the store's snapshot read-only, finding the sessions of worker directories, and
+reading a session's messages and parts (turned into chat messages by
+sources/opencode_transcript.py). Does not own: which cwds to look up (the round) or the ledger
+line built around a session (the join).
 
-The store is opened through SQLite's read-only URI, so nothing is ever written to it. A store
-that is missing, cannot be opened or fails its first read is "no store" (`None`), never an
-exception: the round still completes, with labeled gap lines.
+The store is read from the round's private snapshot of it (sources/opencode_store.py), so
+nothing is ever written to it or beside it. A store that is missing, cannot be opened or fails
+its first read is "no store" (`None`), never an exception: the round still completes, with
+labeled gap lines saying why. A store another process keeps locked fails the round instead.
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import quote
-
-from rollout_assets.io import NotJson, is_number, is_record, parse_json, to_json_text
+from rollout_assets.io import NotJson, is_number, is_record, parse_json
+from rollout_assets.sources.opencode_store import (
+    OpencodeStoreBusy as OpencodeStoreBusy,  # raised by open(), for its callers
+    OpencodeStoreError,
+    StoreUnavailable,
+    record_problem,
+    round_snapshot,
+    sqlite_uri,
+)
+from rollout_assets.sources.opencode_transcript import SessionTranscript, session_transcript
 
 DEFAULT_OPENCODE_DB = os.path.join(os.path.expanduser("~"), ".local", "share", "opencode", "opencode.db")
 
@@ -70,7 +79,7 @@ class OpencodeSession:
     time_updated: int | float | None
 
 
-class OpencodeStoreChanged(RuntimeError):
+class OpencodeStoreChanged(OpencodeStoreError):
     """The store was readable when a round started and is not any more: its ledger would mix
     joined sessions with "store unavailable" gaps, so it is not written."""
 
@@ -97,20 +106,21 @@ class OpencodeStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> OpencodeStore | None:
-        """Open the store read-only; None when it is missing, unreadable or corrupt."""
+        """The store as this round reads it: its snapshot (sources/opencode_store.py), opened
+        read-only. None when the store cannot be read, missing, unreadable or corrupt
+        (`opencode_store.last_problem()` says why); OpencodeStoreBusy when another process
+        kept it locked longer than the round waits."""
         path = Path(path)
-        if not path.is_file():
+        try:
+            snapshot = round_snapshot(path)
+        except StoreUnavailable:
             return None
-        # SQLite opens the journal or WAL beside the store when there is one: a FIFO there
-        # (or any other non-file) would block the open for ever.
-        for sibling in (f"{path}-journal", f"{path}-wal", f"{path}-shm"):
-            if os.path.lexists(sibling) and not os.path.isfile(sibling):
-                return None
-        # Bytes: a path holding a byte that is not UTF-8 (surrogate-escaped) must reach SQLite as is.
-        uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
+        # Immutable: nobody writes the private copy, so SQLite takes no lock and creates no file.
+        uri = sqlite_uri(snapshot.path, mode="ro", immutable="1")
         try:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        except sqlite3.Error:
+        except sqlite3.Error as error:
+            record_problem(f"{path}: {error}")
             return None
         # SQLite stores TEXT unchecked: invalid UTF-8 in one value (a tool output cut mid
         # character) would fail the whole session's read. Decoded with replacement instead,
@@ -130,11 +140,13 @@ class OpencodeStore:
                 # for 96,000 sessions). Damage in a message or part page costs only the
                 # sessions it holds (see session_messages).
                 connection.execute("SELECT count(directory) FROM session").fetchall()
-        except sqlite3.Error:
+        except sqlite3.Error as error:
             connection.close()
+            record_problem(f"{path}: {error}")
             return None
         if not _REQUIRED_SESSION_COLUMNS <= columns:
             connection.close()
+            record_problem(f"{path}: not an opencode store (its session table has no id and directory)")
             return None
         return cls(path, connection, columns, encoding)
 
@@ -198,31 +210,32 @@ class OpencodeStore:
                     found.setdefault(session.directory, []).append(session)
         return found
 
-    def session_messages(self, session_id: str) -> list[dict[str, Any]]:
-        """The session's transcript as chat messages; [] when nothing readable is left.
+    def session_transcript(self, session_id: str) -> SessionTranscript:
+        """The session as the model saw it (sources/opencode_transcript.py); no messages when
+        nothing readable is left.
 
-        A read that fails half-way (a store corrupted after it opened) yields [] too: the
+        A read that fails half-way (a damaged page of the snapshot) yields no messages too: the
         join labels that session "no readable message parts" instead of losing the round.
         """
         try:
-            messages = self._connection.execute(self._messages_query, (session_id,)).fetchall()
+            rows = self._connection.execute(self._messages_query, (session_id,)).fetchall()
             parts: dict[Any, list[Any]] = {}
             for message_id, data in self._connection.execute(self._parts_query, (session_id,)):
                 parts.setdefault(message_id, []).append(data)
         except sqlite3.Error:
-            return []
-        chat: list[dict[str, Any]] = []
-        for message_id, data in messages:
+            return SessionTranscript()
+        messages = []
+        for message_id, data in rows:
             message = _json_object(data)
             if message is None:
                 continue  # a malformed message is skipped; the rest is kept
             part_records = [p for p in (_json_object(d) for d in parts.get(message_id, [])) if p is not None]
-            role = message.get("role")
-            if role == "user":
-                chat.append(_user_message(part_records))
-            elif role == "assistant":
-                chat.extend(_assistant_messages(part_records))
-        return chat
+            messages.append((message, part_records))
+        return session_transcript(messages)
+
+    def session_messages(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's transcript as chat messages; [] when nothing readable is left."""
+        return self.session_transcript(session_id).messages
 
 
 def _is_utf8_text(text: str) -> bool:
@@ -279,88 +292,3 @@ def _json_object(data: Any) -> dict[str, Any] | None:
     except NotJson:
         return None
     return value if is_record(value) else None
-
-
-def _user_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    texts = [p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
-    return {"role": "user", "content": "\n".join(texts)}
-
-
-def _assistant_messages(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Cut an assistant message into steps at each `step-start`; one chat turn per non-empty step."""
-    steps: list[list[dict[str, Any]]] = [[]]
-    for part in parts:
-        if part.get("type") == "step-start":
-            steps.append([])
-        else:
-            steps[-1].append(part)
-    chat: list[dict[str, Any]] = []
-    for step in steps:
-        chat.extend(_step_messages(step))
-    return chat
-
-
-def _step_messages(step: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    texts: list[str] = []
-    reasoning: list[str] = []
-    tool_parts: list[dict[str, Any]] = []
-    for part in step:
-        kind = part.get("type")
-        text = part.get("text")
-        if kind == "text" and isinstance(text, str):
-            texts.append(text)
-        elif kind == "reasoning" and isinstance(text, str) and text:
-            reasoning.append(text)
-        elif kind == "tool" and isinstance(part.get("callID"), str):
-            # A tool part without a call id cannot be answered by a tool message
-            # (tool_call_id is required), so it is unreadable and skipped.
-            tool_parts.append(part)
-    # Text parts that join to "" count as no text: the step is not a turn on that alone, and a
-    # tool-calling turn's content is null, not "" (as the seed's reader has it).
-    content = "\n".join(texts) or None
-    if content is None and not reasoning and not tool_parts:
-        return []
-    assistant: dict[str, Any] = {"role": "assistant", "content": content}
-    if reasoning:
-        assistant["reasoning_content"] = "\n".join(reasoning)
-    if tool_parts:
-        assistant["tool_calls"] = [_tool_call(part) for part in tool_parts]
-    return [assistant, *(_tool_result(part) for part in tool_parts)]
-
-
-def _tool_name(part: dict[str, Any]) -> str:
-    name = part.get("tool")
-    return name if isinstance(name, str) else "unknown"
-
-
-def _tool_state(part: dict[str, Any]) -> dict[str, Any]:
-    state = part.get("state")
-    return state if is_record(state) else {}
-
-
-def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
-    arguments = _tool_state(part).get("input")
-    return {
-        "id": part["callID"],
-        "type": "function",
-        "function": {
-            "name": _tool_name(part),
-            "arguments": to_json_text({} if arguments is None else arguments),
-        },
-    }
-
-
-def _tool_result(part: dict[str, Any]) -> dict[str, Any]:
-    state = _tool_state(part)
-    output = state.get("output")
-    if output is None and state.get("status") == "error" and isinstance(state.get("error"), str):
-        # A failed call keeps its message in `state.error`, and that is the result opencode
-        # hands the model; "" would train on a call that answered nothing.
-        content = state["error"]
-    elif output is None:
-        content = ""
-    elif isinstance(output, str):
-        content = output
-    else:
-        content = to_json_text(output)
-    return {"role": "tool", "tool_call_id": part["callID"], "name": _tool_name(part), "content": content}

@@ -45,5 +45,10 @@ class RoundOutputs:
     def stats(self) -> Path:
         return self.folder / "rollout-stats.json"
 
+    @property
+    def training(self) -> Path:
+        """The folder of the round's training data (docs/training.md)."""
+        return self.folder / "training"
+
     def built_from(self, stage: str) -> Path:
         return self.folder / "stages" / "built-from" / f"{stage}.json"

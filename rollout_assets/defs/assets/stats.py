@@ -3,13 +3,16 @@ blocking checks."""
 
 from typing import Any
 
-from dagster import AssetExecutionContext, DagsterInstance, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 
 from rollout_assets.backfill import BackfillStats
 from rollout_assets.defs.assets.ledger import role_and_gap_metadata, rollout_ledger
 from rollout_assets.defs.constants import OWNERS, ROUNDS_GROUP
-from rollout_assets.defs.failures import round_errors_fail_the_step, round_failure
-from rollout_assets.defs.instance import ledger_checks
+from rollout_assets.defs.failures import (
+    refuse_unless_ledger_checks_passed,
+    round_errors_fail_the_step,
+    round_failure,
+)
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.errors import RoundError
@@ -33,22 +36,6 @@ def stats_table(stats: dict[str, Any]) -> str:
     lines += ["", "| counter | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in stats.items() if not isinstance(value, dict)]
     return "\n".join(lines)
-
-
-def _refuse_unless_checks_passed(instance: DagsterInstance, key: str) -> None:
-    # In a run of the round the blocking checks stop this step when they fail; selected alone
-    # (the UI's "Materialize" on this asset), nothing does, so the recorded verdicts are asked.
-    checks = ledger_checks(instance, [key])[key]
-    if not checks.passed:
-        raise Failure(
-            description=f"round {key}: not writing stats, {checks.problem()}; "
-            "materialize rollout_ledger (with its checks) for this round first",
-            metadata={
-                "round": key,
-                "failed_checks": list(checks.failed),
-                "not_evaluated_checks": list(checks.not_evaluated),
-            },
-        )
 
 
 def _metadata(stats: BackfillStats, outputs: RoundOutputs, fingerprint: str | None) -> dict[str, Any]:
@@ -88,7 +75,7 @@ def rollout_stats(context: AssetExecutionContext, locations: RoundLocations) -> 
     key = context.partition_key
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
-    _refuse_unless_checks_passed(context.instance, key)
+    refuse_unless_ledger_checks_passed(context.instance, key, "writing stats")
     try:
         stats, recorded_fingerprint = write_rollout_stats(outputs)
     except RoundError as error:

@@ -1,0 +1,112 @@
+"""The command line of the training data and the release (`rollout-assets export`,
+`rollout-assets release`): the same core as the Dagster assets, without Dagster.
+
+Both run the same checks as the assets and exit 1 when one fails; an export leaves its files
+for inspection, a release that fails a check is not put in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+LEDGER_FILE = "rollout-ledger.jsonl"
+
+
+def add_dataset_commands(commands: Any) -> None:
+    export = commands.add_parser("export", help="write the training rows of one ledger (SFT, pairs, GRPO groups)")
+    export.add_argument("ledger", metavar="LEDGER.jsonl", help="a round's rollout ledger")
+    export.add_argument("out_dir", metavar="OUT_DIR", help="the folder of the training files")
+    export.add_argument("--round", dest="round_key", metavar="NAME", help="the round's name (default: the ledger's folder)")
+    _filter_options(export)
+
+    release = commands.add_parser("release", help="build a scrubbed, split dataset from the ledgers of a ledger root")
+    release.add_argument("ledger_root", metavar="LEDGER_ROOT", help="holds <round>/rollout-ledger.jsonl")
+    release.add_argument("out_dir", metavar="OUT_DIR", help="the release is written to OUT_DIR/NAME")
+    release.add_argument("--license", help="the dataset's license, an SPDX id (required)")
+    release.add_argument("--name", help="the release's name (default: rollout-dataset)")
+    release.add_argument("--round", dest="rounds", action="append", metavar="KEY", help="a round to include (repeatable)")
+    release.add_argument("--config", type=Path, metavar="FILE", help="a JSON file of release settings")
+
+
+def _filter_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--min-reward", type=float, default=0.0, help="SFT keeps rewards above it (default 0)")
+    parser.add_argument("--roles", nargs="+", default=None, metavar="ROLE", help="roles to include (default: all)")
+    parser.add_argument("--per-instance-cap", type=int, default=3, metavar="K", help="SFT rows per (role, instance)")
+    parser.add_argument("--margin", type=float, default=0.05, help="least reward difference of a pair (default 0.05)")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from rollout_assets.training import TrainingFilter, export_training
+    from rollout_assets.training.verify import verify_training
+
+    ledger = Path(args.ledger)
+    settings = TrainingFilter(
+        min_reward=args.min_reward,
+        per_instance_cap=args.per_instance_cap,
+        margin=args.margin,
+        **({"roles": tuple(args.roles)} if args.roles else {}),
+    )
+    export = export_training(ledger, Path(args.out_dir), args.round_key or ledger.resolve().parent.name, settings)
+    for name, report in export.reports.items():
+        drops = ", ".join(f"{reason} {count}" for reason, count in report.drops.items()) or "none"
+        print(f"{name}: {report.rows} rows from {report.lines_in_rows} of {report.lines} lines (dropped: {drops})")
+    print(f"training files → {export.files.folder}")
+    return _report_verdicts(verify_training(ledger, export.files, settings.margin))
+
+
+def _report_verdicts(verdicts: dict[str, Any]) -> int:
+    failed = {name: verdict for name, verdict in verdicts.items() if not verdict.passed}
+    for name, verdict in failed.items():
+        print(f"rollout-assets: check {name} FAILED: {'; '.join(verdict.problems)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _round_inputs(ledger_root: Path, keys: list[str] | None, scratch: Path) -> list[Any]:
+    from rollout_assets.release import ReleaseError, RoundInput
+    from rollout_assets.training import export_training
+
+    if keys:
+        ledgers = [ledger_root / key / LEDGER_FILE for key in keys]
+        for ledger in ledgers:
+            if not ledger.is_file():
+                raise ReleaseError(f"round {ledger.parent.name}: {ledger} does not exist")
+    else:
+        ledgers = sorted(path for path in ledger_root.glob(f"*/{LEDGER_FILE}") if path.is_file())
+        if not ledgers:
+            raise ReleaseError(f"{ledger_root}: no <round>/{LEDGER_FILE} in it")
+    inputs = []
+    for ledger in ledgers:
+        key = ledger.parent.name
+        files = export_training(ledger, scratch / key, key).files
+        inputs.append(RoundInput(key, ledger, files))
+    return inputs
+
+
+def run_release(args: argparse.Namespace) -> int:
+    from rollout_assets.release import ReleaseConfig, build_release, load_config_file
+    from rollout_assets.release.config import MissingLicense
+
+    overrides = {"license": args.license, "name": args.name}
+    try:
+        if args.config is not None:
+            config = load_config_file(args.config, **overrides)
+        else:
+            config = ReleaseConfig(license=args.license or "", **({"name": args.name} if args.name else {}))
+    except MissingLicense as error:
+        args.command_parser.print_usage(sys.stderr)
+        print(f"rollout-assets: error: {error}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="rollout-release-") as scratch:
+        rounds = _round_inputs(Path(args.ledger_root), args.rounds, Path(scratch))
+        release = Path(args.out_dir) / config.name
+        manifest = build_release(rounds, release, config, verify=True)
+    for kind, splits in manifest["rows"].items():
+        print(f"{kind}: train {splits['train']}, test {splits['test']}")
+    scrubbed = ", ".join(f"{rule} {count}" for rule, count in manifest["scrubbed"].items()) or "nothing"
+    print(f"scrubbed: {scrubbed}")
+    print(f"release → {release}")
+    return 0

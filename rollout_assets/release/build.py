@@ -1,0 +1,122 @@
+"""Building a release from the training rows of several rounds.
+
+Rows are read round by round in batches, written once (an exact duplicate of an earlier
+round's row is skipped), scrubbed, and sent to train or test by their instance. The release is
+written into a temporary folder beside its final place and swapped in whole, so a failed build
+leaves an earlier release as it was. docs/release.md describes the layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import secrets
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+from rollout_assets.release.config import ReleaseConfig, ReleaseError
+from rollout_assets.release.scrub import Scrubber
+from rollout_assets.release.split import split_of
+from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
+from rollout_assets.training.files import AtomicParquetWriter, TrainingFiles
+
+# Release kind -> the training dataset it is built from, and its Arrow schema.
+KINDS = {"sft": ("sft_rows", SFT_SCHEMA), "preference_pairs": ("preference_pairs", PAIR_SCHEMA), "grpo_groups": ("grpo_groups", GROUP_SCHEMA)}
+SPLITS = ("train", "test")
+
+
+def data_file(release: Path, kind: str, split: str) -> Path:
+    return release / "data" / kind / f"{split}-00000-of-00001.parquet"
+
+
+@dataclass(frozen=True)
+class RoundInput:
+    """One round of the release: its key and where its ledger and training files are."""
+
+    key: str
+    ledger: Path
+    training: TrainingFiles
+
+
+@dataclass
+class ReleaseCounts:
+    rows: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {s: 0 for s in SPLITS} for k in KINDS})
+    duplicates: dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})
+    scrubbed: Counter[str] = field(default_factory=Counter)
+    sft_tokens: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SPLITS})
+    models: set[str] = field(default_factory=set)
+    instances: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SPLITS})
+
+
+def _rows(path: Path) -> Iterator[dict[str, Any]]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
+        yield from batch.to_pylist()
+
+
+def _instance_of(kind: str, row: dict[str, Any]) -> str:
+    return row["metadata"]["instance_id"]
+
+
+def _content_digest(row: dict[str, Any]) -> bytes:
+    """Exact duplicates: the same row apart from where it came from (its metadata)."""
+    content = {key: value for key, value in row.items() if key != "metadata"}
+    return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseConfig) -> ReleaseCounts:
+    """The data files of the release, into `folder` (a fresh folder)."""
+    counts = ReleaseCounts()
+    scrubber = Scrubber(host_names=config.host_names)
+    for kind, (dataset, schema) in KINDS.items():
+        seen: set[bytes] = set()
+        with (
+            AtomicParquetWriter(data_file(folder, kind, "train"), schema) as train,
+            AtomicParquetWriter(data_file(folder, kind, "test"), schema) as test,
+        ):
+            writers = {"train": train, "test": test}
+            for round_input in rounds:
+                source = round_input.training.parquet(dataset)
+                if not source.is_file():
+                    raise ReleaseError(f"round {round_input.key}: {source} does not exist; build its training rows first")
+                for row in _rows(source):
+                    digest = _content_digest(row)
+                    if digest in seen:
+                        counts.duplicates[kind] += 1
+                        continue
+                    seen.add(digest)
+                    split = split_of(_instance_of(kind, row), config.split_unit, config.test_fraction)
+                    clean = scrubber.scrub_value(row)
+                    writers[split].write(clean)
+                    counts.rows[kind][split] += 1
+                    counts.instances[split].add(clean["metadata"]["instance_id"])
+                    if kind == "sft":
+                        counts.sft_tokens[split] += row["tokens"]
+                        if row["metadata"]["model"]:
+                            counts.models.add(clean["metadata"]["model"])
+    counts.scrubbed = scrubber.counts
+    return counts
+
+
+def swap_in(built: Path, release: Path) -> None:
+    """Put the folder `built` at `release`, replacing an earlier release only once complete."""
+    old = None
+    if release.exists():
+        old = release.with_name(f".{release.name}.old-{secrets.token_hex(4)}")
+        os.replace(release, old)
+    os.replace(built, release)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def temporary_folder(release: Path) -> Path:
+    release.parent.mkdir(parents=True, exist_ok=True)
+    folder = release.with_name(f".{release.name}.build-{secrets.token_hex(4)}")
+    folder.mkdir()
+    return folder

@@ -1,0 +1,92 @@
+"""The release checks' recount, from the written files alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rollout_assets.release.card import rows_table
+from rollout_assets.release.scan import scan_release
+from rollout_assets.release.split import split_key
+
+SAMPLE = 5
+
+
+@dataclass
+class ReleaseVerdict:
+    passed: bool = True
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def fail(self, problem: str) -> None:
+        self.passed = False
+        if len(self.problems) < SAMPLE:
+            self.problems.append(problem)
+
+
+def _data_files(release: Path) -> list[Path]:
+    return sorted((release / "data").rglob("*.parquet"))
+
+
+def check_split_overlap(release: Path) -> ReleaseVerdict:
+    """No instance (or repository, as the release was split) is in both train and test."""
+    unit = json.loads((release / "manifest.json").read_text())["config"]["split_unit"]
+    seen: dict[str, dict[str, str]] = {"train": {}, "test": {}}
+    verdict = ReleaseVerdict()
+    for path in _data_files(release):
+        split = path.name.split("-", 1)[0]
+        column = pq.read_table(path, columns=["metadata"]).column("metadata").to_pylist()
+        for row in column:
+            seen[split].setdefault(split_key(row["instance_id"], unit), str(path.relative_to(release)))
+    shared = sorted(set(seen["train"]) & set(seen["test"]))
+    for key in shared:
+        verdict.fail(f"{unit} {key} is in train ({seen['train'][key]}) and in test ({seen['test'][key]})")
+    verdict.counts = {"train": len(seen["train"]), "test": len(seen["test"]), "shared": len(shared)}
+    return verdict
+
+
+def check_no_secrets(release: Path) -> ReleaseVerdict:
+    """detect-secrets finds nothing in the data files, the card or the manifest."""
+    findings = scan_release(release)
+    verdict = ReleaseVerdict(counts={"findings": len(findings)})
+    for finding in findings:
+        verdict.fail(str(finding))
+    return verdict
+
+
+def check_card_matches_files(release: Path) -> ReleaseVerdict:
+    """The manifest's rows and digests are the files', and the card states the same rows."""
+    manifest = json.loads((release / "manifest.json").read_text())
+    card = (release / "README.md").read_text()
+    verdict = ReleaseVerdict()
+    recorded = manifest["files"]
+    actual = {str(path.relative_to(release)) for path in _data_files(release)}
+    for name in sorted(actual ^ set(recorded)):
+        verdict.fail(f"{name}: in the {'files' if name in actual else 'manifest'} only")
+    for name in sorted(actual & set(recorded)):
+        path = release / name
+        rows = pq.ParquetFile(path).metadata.num_rows
+        kind, split = path.parent.name, path.name.split("-", 1)[0]
+        if rows != recorded[name]["rows"] or rows != manifest["rows"][kind][split]:
+            verdict.fail(f"{name}: {rows} rows, the manifest says {recorded[name]['rows']}")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[name]["sha256"]:
+            verdict.fail(f"{name}: its sha256 is not the manifest's")
+    for line in rows_table(manifest):
+        if line not in card:
+            verdict.fail(f"README.md does not state `{line}`")
+    if f"license: {manifest['license']}" not in card:
+        verdict.fail("README.md does not state the manifest's license")
+    verdict.counts = {"files": len(actual)}
+    return verdict
+
+
+# The blocking checks of a release, by name (docs/release.md, Checks).
+RELEASE_CHECKS = {
+    "release_splits_do_not_overlap": check_split_overlap,
+    "release_has_no_secrets": check_no_secrets,
+    "release_card_matches_files": check_card_matches_files,
+}

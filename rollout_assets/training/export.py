@@ -1,0 +1,160 @@
+"""Writing a round's training data: one scan of the ledger, then each dataset's rows, its
+accounting (the fate of every ledger line) and the report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout_assets.ledger import AtomicJsonlWriter
+from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
+from rollout_assets.training.files import DATASETS, AtomicParquetWriter, TrainingFiles
+from rollout_assets.training.filter import DROP_REASONS, TrainingFilter
+from rollout_assets.training.rows import group_row, pair_row, sft_row
+from rollout_assets.training.scan import LineKey, TrainingInputError, read_line_at, scan_ledger
+from rollout_assets.training.select import Selection, select_groups, select_pairs, select_sft
+
+_SCHEMAS = {"sft_rows": SFT_SCHEMA, "preference_pairs": PAIR_SCHEMA, "grpo_groups": GROUP_SCHEMA}
+_SELECTORS = {"sft_rows": select_sft, "preference_pairs": select_pairs, "grpo_groups": select_groups}
+
+
+@dataclass
+class DatasetReport:
+    """What one dataset took from the ledger: rows written, lines used, drops by reason."""
+
+    dataset: str
+    lines: int
+    rows: int
+    lines_in_rows: int
+    drops: dict[str, int] = field(default_factory=dict)
+    tokens: int | None = None  # SFT only: the sum of the rows' estimates
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "lines": self.lines,
+            "rows": self.rows,
+            "lines_in_rows": self.lines_in_rows,
+            "dropped": sum(self.drops.values()),
+            "drops": self.drops,
+            **({"tokens": self.tokens} if self.tokens is not None else {}),
+        }
+
+
+@dataclass
+class TrainingExport:
+    round: str
+    settings: TrainingFilter
+    files: TrainingFiles
+    reports: dict[str, DatasetReport]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "filter": self.settings.to_json(),
+            "datasets": {name: report.to_json() for name, report in self.reports.items()},
+        }
+
+
+def export_training(
+    ledger: Path, folder: Path, round_key: str, settings: TrainingFilter | None = None
+) -> TrainingExport:
+    """Write the SFT rows, preference pairs and GRPO groups of the ledger at `ledger` into
+    `folder`, with each dataset's accounting and the report (JSON and Markdown)."""
+    settings = settings or TrainingFilter()
+    files = TrainingFiles(folder)
+    keys = scan_ledger(ledger, settings)
+    reports = {}
+    with open(ledger, "rb") as handle:
+        for dataset in DATASETS:
+            selection = _SELECTORS[dataset](keys, settings)
+            reports[dataset] = _write_dataset(dataset, selection, keys, handle, ledger, files, round_key)
+    export = TrainingExport(round_key, settings, files, reports)
+    write_report(export)
+    return export
+
+
+def _write_dataset(
+    dataset: str,
+    selection: Selection,
+    keys: list[LineKey],
+    handle: Any,
+    ledger: Path,
+    files: TrainingFiles,
+    round_key: str,
+) -> DatasetReport:
+    report = DatasetReport(dataset, lines=len(keys), rows=len(selection.rows), lines_in_rows=0)
+    with AtomicParquetWriter(files.parquet(dataset), _SCHEMAS[dataset]) as parquet:
+        jsonl = AtomicJsonlWriter(files.sft_jsonl) if dataset == "sft_rows" else None
+        with jsonl if jsonl is not None else contextlib.nullcontext():
+            for indexes in selection.rows:
+                lines = [read_line_at(handle, keys[index], ledger) for index in indexes]
+                row = _row(dataset, lines, round_key)
+                parquet.write(row)
+                if jsonl is not None:
+                    jsonl.write(row)
+                    report.tokens = (report.tokens or 0) + row["tokens"]
+    drops: Counter[str] = Counter()
+    with AtomicJsonlWriter(files.accounting(dataset)) as accounting:
+        for key in keys:
+            fate = selection.outcome[key.index]
+            accounting.write({"rollout_id": key.rollout_id, "line": key.index + 1, "fate": fate})
+            if fate == "row":
+                report.lines_in_rows += 1
+            else:
+                drops[fate] += 1
+    report.drops = {reason: drops[reason] for reason in DROP_REASONS if drops[reason]}
+    if dataset == "sft_rows" and report.tokens is None:
+        report.tokens = 0
+    return report
+
+
+def _row(dataset: str, lines: list[dict[str, Any]], round_key: str) -> dict[str, Any]:
+    if dataset == "sft_rows":
+        return sft_row(lines[0], round_key)
+    if dataset == "preference_pairs":
+        return pair_row(lines[0], lines[1], round_key)
+    return group_row(lines, round_key)
+
+
+def write_report(export: TrainingExport) -> None:
+    """The report as JSON (the numbers) and as a Markdown table (rows and drops per dataset)."""
+    files = export.files
+    files.folder.mkdir(parents=True, exist_ok=True)
+    _replace_text(files.report_json, json.dumps(export.to_json(), indent=2) + "\n")
+    _replace_text(files.report_markdown, report_markdown(export))
+
+
+def _replace_text(path: Path, text: str) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(text, encoding="utf-8")
+    os.replace(temp, path)
+
+
+def report_markdown(export: TrainingExport) -> str:
+    reasons = [r for r in DROP_REASONS if any(r in rep.drops for rep in export.reports.values())]
+    header = "| dataset | lines | rows | lines in rows | " + " | ".join(reasons) + " |"
+    rule = "|---" * (4 + len(reasons)) + "|"
+    body = [
+        f"| {name} | {rep.lines} | {rep.rows} | {rep.lines_in_rows} | "
+        + " | ".join(str(rep.drops.get(reason, 0)) for reason in reasons)
+        + " |"
+        for name, rep in export.reports.items()
+    ]
+    return "\n".join([f"Training data of round {export.round}", "", header, rule, *body]) + "\n"
+
+
+def read_report(folder: Path) -> tuple[dict[str, Any], str]:
+    """The report of the training data in `folder`: (its JSON, its Markdown)."""
+    files = TrainingFiles(folder)
+    try:
+        return json.loads(files.report_json.read_text(encoding="utf-8")), files.report_markdown.read_text(encoding="utf-8")
+    except (OSError, ValueError) as error:
+        raise TrainingInputError(
+            f"{files.report_json}: the training report cannot be read ({error}); materialize the training datasets first"
+        ) from error

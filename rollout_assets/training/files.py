@@ -1,0 +1,88 @@
+"""Where a round's training files live, and a Parquet file that appears only once complete."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Rows per Parquet row group: small enough that a batch of transcripts stays in memory only
+# briefly, large enough for readers to scan quickly.
+ROWS_PER_GROUP = 128
+
+DATASETS = ("sft_rows", "preference_pairs", "grpo_groups")
+_STEMS = {"sft_rows": "sft", "preference_pairs": "preference-pairs", "grpo_groups": "grpo-groups"}
+
+
+@dataclass(frozen=True)
+class TrainingFiles:
+    """The files of one round's training data, under `<ledger root>/<round>/training/`."""
+
+    folder: Path
+
+    def parquet(self, dataset: str) -> Path:
+        return self.folder / f"{_STEMS[dataset]}.parquet"
+
+    def accounting(self, dataset: str) -> Path:
+        """One JSON line per ledger line: its rollout_id, line number and fate (`row` or a reason)."""
+        return self.folder / f"{_STEMS[dataset]}.accounting.jsonl"
+
+    @property
+    def sft_jsonl(self) -> Path:
+        return self.folder / "sft.jsonl"
+
+    @property
+    def report_json(self) -> Path:
+        return self.folder / "training-report.json"
+
+    @property
+    def report_markdown(self) -> Path:
+        return self.folder / "training-report.md"
+
+
+class AtomicParquetWriter:
+    """Row groups written to a temporary file beside `path`, renamed onto it on a clean exit;
+    on an error the temporary file is removed and an earlier file at `path` stays as it was."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path, self.schema = path, schema
+        self.rows = 0
+        self._pending: list[dict[str, Any]] = []
+        self._temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        self._writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> Self:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = pq.ParquetWriter(self._temp, self.schema, compression="zstd")
+        return self
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._pending.append(row)
+        self.rows += 1
+        if len(self._pending) >= ROWS_PER_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending and self._writer is not None:
+            self._writer.write_table(pa.Table.from_pylist(self._pending, schema=self.schema))
+            self._pending = []
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        try:
+            if kind is None:
+                self._flush()
+            if self._writer is not None:
+                self._writer.close()
+            if kind is None:
+                os.replace(self._temp, self.path)
+        finally:
+            if self._temp.exists():
+                self._temp.unlink()

@@ -1,0 +1,66 @@
+"""A ledger transcript as training messages: the OpenAI/TRL chat shape, its digest, its prompt.
+
+A ledger message is already in the OpenAI chat-with-tools shape
+(docs/line-format.md, Top level); a training message keeps exactly its keys (`role`, `content`, `reasoning_content`,
+`tool_calls` with `id`, `type`, `function.name`, `function.arguments` as a JSON string,
+`tool_call_id`, `name`) and drops nothing else, because nothing else is there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import orjson
+
+MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
+
+
+def training_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One ledger message in the chat shape, absent keys left out (the JSONL form)."""
+    shaped: dict[str, Any] = {"role": message["role"], "content": message.get("content")}
+    for key in MESSAGE_KEYS[2:]:
+        if message.get(key) is not None:
+            shaped[key] = message[key]
+    if "tool_calls" in shaped:
+        shaped["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": call.get("type", "function"),
+                "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]},
+            }
+            for call in shaped["tool_calls"]
+        ]
+    return shaped
+
+
+def messages_digest(messages: list[dict[str, Any]]) -> str:
+    """The digest of a transcript, normalized (keys sorted, absent keys left out): two lines
+    with the same digest trained the model on the same conversation."""
+    canonical = orjson.dumps([training_message(m) for m in messages], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def prompt_length(messages: list[dict[str, Any]]) -> int:
+    """How many messages come before the first assistant turn (the prompt both sides share)."""
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            return index
+    return len(messages)
+
+
+def estimated_tokens(messages: list[dict[str, Any]]) -> int:
+    """A tokenizer-free estimate: UTF-8 bytes of every content, reasoning, tool name and tool
+    arguments, divided by 4 and rounded up (about 4 bytes a token for English text and code
+    with common BPE vocabularies). An estimate for budgeting, not a count."""
+    size = 0
+    for message in messages:
+        for key in ("content", "reasoning_content"):
+            if isinstance(message.get(key), str):
+                size += len(message[key].encode("utf-8", "surrogatepass"))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            size += len(str(function.get("name", "")).encode("utf-8", "surrogatepass"))
+            size += len(str(function.get("arguments", "")).encode("utf-8", "surrogatepass"))
+    return math.ceil(size / 4)

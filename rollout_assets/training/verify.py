@@ -1,0 +1,255 @@
+"""The training checks' recount: the written files read back and compared with the ledger, by
+a path of their own (no code of the export is reused: not its scan, filter or row builders).
+
+Each `check_*` returns a `TrainingVerdict`. The ledger is reduced to one small record per line
+(digest of its transcript, reward, flags); the Parquet files are read in batches, so memory
+stays flat however large the round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+from rollout_assets.training.files import TrainingFiles
+
+SAMPLE = 5
+_PER_LINE_REASONS = {"gap", "role_excluded", "gated", "error", "incomplete", "truncated", "no_reward"}
+
+
+@dataclass
+class TrainingVerdict:
+    passed: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def fail(self, problem: str) -> None:
+        self.passed = False
+        if len(self.problems) < SAMPLE:
+            self.problems.append(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerFacts:
+    lineno: int
+    offset: int
+    length: int
+    reward: float | None
+    gated: bool
+    role: str
+    has_gap: bool
+    error: bool
+    completed: bool
+    truncated: bool
+
+
+def _canonical(messages: list[dict[str, Any]]) -> str:
+    """Digest of a transcript with null-valued optional keys left out (`content` always kept)."""
+    kept = []
+    for message in messages:
+        shaped = {k: v for k, v in message.items() if v is not None or k == "content"}
+        if "tool_calls" in shaped:
+            shaped["tool_calls"] = [
+                {"id": c.get("id"), "type": c.get("type"), "function": {k: v for k, v in c["function"].items()}}
+                for c in shaped["tool_calls"]
+            ]
+        kept.append(shaped)
+    return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def ledger_facts(ledger: Path) -> dict[str, LedgerFacts]:
+    """rollout_id -> what the checks need of that line, read straight from the ledger file."""
+    facts = {}
+    offset = 0
+    with open(ledger, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            line = orjson.loads(raw)
+            outcome = line["outcome"]
+            facts[line["rollout_id"]] = LedgerFacts(
+                lineno,
+                offset,
+                len(raw),
+                outcome["reward"],
+                outcome["realness_gated"] is True,
+                line["role"],
+                not line["messages"] or line["provenance"].get("gap") is not None,
+                outcome["error"] is not None,
+                outcome["is_completed"] is True,
+                outcome["is_truncated"] is True,
+            )
+            offset += len(raw)
+    return facts
+
+
+def _ledger_digest(handle: Any, fact: LedgerFacts) -> str:
+    """The transcript digest of one ledger line, read again (only for lines that are in rows)."""
+    handle.seek(fact.offset)
+    return _canonical(orjson.loads(handle.read(fact.length))["messages"])
+
+
+def _rows(path: Path) -> Iterator[dict[str, Any]]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
+        yield from batch.to_pylist()
+
+
+def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(rollout_id, the full transcript the row holds for it) for each line in the row."""
+    if dataset == "sft_rows":
+        yield row["metadata"]["rollout_id"], row["messages"]
+    elif dataset == "preference_pairs":
+        yield row["metadata"]["chosen_rollout_id"], row["prompt"] + row["chosen"]
+        yield row["metadata"]["rejected_rollout_id"], row["prompt"] + row["rejected"]
+    else:
+        for rollout_id, completion in zip(row["rollout_ids"], row["completions"], strict=True):
+            yield rollout_id, row["prompt"] + completion
+
+
+def check_accounting(
+    ledger: Path, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+) -> TrainingVerdict:
+    """Every ledger line has exactly one fate (a row, or a drop reason), kept + dropped =
+    lines, the lines in rows are exactly those the accounting keeps, and a per-line drop
+    reason is true of the line."""
+    facts = facts if facts is not None else ledger_facts(ledger)
+    verdict = TrainingVerdict(True)
+    fates: dict[str, str] = {}
+    with open(files.accounting(dataset), "rb") as handle:
+        for raw in handle:
+            entry = orjson.loads(raw)
+            if entry["rollout_id"] in fates:
+                verdict.fail(f"line {entry['line']} ({entry['rollout_id']}) is accounted for twice")
+            fates[entry["rollout_id"]] = entry["fate"]
+    in_rows = Counter(rid for row in _rows(files.parquet(dataset)) for rid, _ in _transcripts(dataset, row))
+    for rollout_id, fact in facts.items():
+        fate = fates.get(rollout_id)
+        if fate is None:
+            verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is neither in a row nor dropped")
+        elif fate == "row" and not in_rows[rollout_id]:
+            verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is accounted as a row but no row holds it")
+        elif fate != "row" and in_rows[rollout_id]:
+            verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate} but a row holds it")
+        elif fate in _PER_LINE_REASONS and not _reason_holds(fate, fact):
+            verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate}, which it is not")
+    for rollout_id in set(fates) - set(facts):
+        verdict.fail(f"the accounting names {rollout_id}, which is not a line of {ledger}")
+    kept = sum(fate == "row" for fate in fates.values())
+    verdict.counts = {"lines": len(facts), "kept": kept, "dropped": len(fates) - kept}
+    if kept + verdict.counts["dropped"] != len(facts):
+        verdict.fail(f"kept {kept} + dropped {verdict.counts['dropped']} is not the ledger's {len(facts)} lines")
+    return verdict
+
+
+def _reason_holds(reason: str, fact: LedgerFacts) -> bool:
+    return {
+        "gap": fact.has_gap,
+        "role_excluded": True,  # a setting, not a property of the line
+        "gated": fact.gated,
+        "error": fact.error,
+        "incomplete": not fact.completed,
+        "truncated": fact.truncated,
+        "no_reward": fact.reward is None,
+    }[reason]
+
+
+def check_rows_match_ledger(
+    ledger: Path, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+) -> TrainingVerdict:
+    """Every row's lines are ledger lines, trainable (not gated, reward not null, no gap), and
+    the row holds exactly their transcript."""
+    facts = facts if facts is not None else ledger_facts(ledger)
+    verdict = TrainingVerdict(True)
+    rows = 0
+    with open(ledger, "rb") as handle:
+        for number, row in enumerate(_rows(files.parquet(dataset)), start=1):
+            rows += 1
+            for rollout_id, messages in _transcripts(dataset, row):
+                fact = facts.get(rollout_id)
+                if fact is None:
+                    verdict.fail(f"row {number}: {rollout_id} is not a line of the ledger")
+                elif fact.gated or fact.reward is None or fact.has_gap:
+                    verdict.fail(f"row {number}: ledger line {fact.lineno} is gated, unrewarded or a gap")
+                elif _canonical(messages) != _ledger_digest(handle, fact):
+                    verdict.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
+    verdict.counts = {"rows": rows}
+    return verdict
+
+
+def check_tool_messages(files: TrainingFiles, dataset: str) -> TrainingVerdict:
+    """Every tool message answers a tool call of an earlier assistant message of its row."""
+    verdict = TrainingVerdict(True)
+    tool_messages = 0
+    for number, row in enumerate(_rows(files.parquet(dataset)), start=1):
+        for rollout_id, messages in _transcripts(dataset, row):
+            called: set[str] = set()
+            for message in messages:
+                if message["role"] == "assistant":
+                    called.update(call["id"] for call in message.get("tool_calls") or () if call.get("id"))
+                elif message["role"] == "tool":
+                    tool_messages += 1
+                    if message.get("tool_call_id") not in called:
+                        verdict.fail(
+                            f"row {number} ({rollout_id}): tool message {message.get('tool_call_id')!r} "
+                            "answers no earlier tool call"
+                        )
+    verdict.counts = {"tool_messages": tool_messages}
+    return verdict
+
+
+def check_pair_margins(
+    ledger: Path, files: TrainingFiles, margin: float, facts: dict[str, LedgerFacts] | None = None
+) -> TrainingVerdict:
+    """Every pair's chosen reward (as the ledger has it) exceeds its rejected one by at least
+    the margin, and the row's margin is that difference."""
+    facts = facts if facts is not None else ledger_facts(ledger)
+    verdict = TrainingVerdict(True)
+    pairs = 0
+    for number, row in enumerate(_rows(files.parquet("preference_pairs")), start=1):
+        pairs += 1
+        chosen = facts.get(row["metadata"]["chosen_rollout_id"])
+        rejected = facts.get(row["metadata"]["rejected_rollout_id"])
+        if chosen is None or rejected is None or chosen.reward is None or rejected.reward is None:
+            verdict.fail(f"pair {number}: a side is not a rewarded ledger line")
+            continue
+        difference = chosen.reward - rejected.reward
+        if difference < margin:
+            verdict.fail(f"pair {number}: chosen {chosen.reward} - rejected {rejected.reward} is below {margin}")
+        elif abs(row["margin"] - difference) > 1e-12:
+            verdict.fail(f"pair {number}: margin {row['margin']} is not the rewards' difference {difference}")
+    verdict.counts = {"pairs": pairs}
+    return verdict
+
+
+# The checks of one round's training data, by name: what each proves is in docs/checks.md.
+CHECKS = {
+    "sft_rows": ("sft_rows_account_for_every_line", "sft_rows_match_ledger", "sft_rows_tool_messages_answer_calls"),
+    "preference_pairs": (
+        "preference_pairs_account_for_every_line",
+        "preference_pairs_match_ledger",
+        "preference_pairs_tool_messages_answer_calls",
+        "preference_pairs_meet_margin",
+    ),
+    "grpo_groups": (
+        "grpo_groups_account_for_every_line",
+        "grpo_groups_match_ledger",
+        "grpo_groups_tool_messages_answer_calls",
+    ),
+}
+
+
+def verify_training(ledger: Path, files: TrainingFiles, margin: float) -> dict[str, TrainingVerdict]:
+    """Every check of a round's training data, the ledger read once for all of them."""
+    facts = ledger_facts(ledger)
+    verdicts = {}
+    for dataset, names in CHECKS.items():
+        verdicts[names[0]] = check_accounting(ledger, files, dataset, facts)
+        verdicts[names[1]] = check_rows_match_ledger(ledger, files, dataset, facts)
+        verdicts[names[2]] = check_tool_messages(files, dataset)
+    verdicts["preference_pairs_meet_margin"] = check_pair_margins(ledger, files, margin, facts)
+    return verdicts
