@@ -43,8 +43,10 @@ from rollout_assets.definitions import defs
 from rollout_assets.defs.assets import rollout_ledger
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME
 from rollout_assets.defs.resources import RoundDiscovery, RoundsRoot
-from rollout_assets.defs.sensors import round_dirs_sensor
+from rollout_assets.defs.round_lock import acquire_round_lock, release_round_lock
+from rollout_assets.defs.sensors import RETRY_TAG, round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
+from rollout_assets.discovery import SENSOR_NAME
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, fingerprint_round
 from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
@@ -56,6 +58,7 @@ from rollout_assets_tests.dagster_rounds import (
     SMALL_SPEC,
     materialize_round,
     round_resources,
+    step_failures,
     write_rounds,
 )
 
@@ -94,18 +97,24 @@ class Tick:
 
 
 def tick(
-    rounds_root: Path, *, cursor: str | None = None, instance: DagsterInstance | None = None, quiet: int = 0
+    rounds_root: Path,
+    *,
+    cursor: str | None = None,
+    instance: DagsterInstance | None = None,
+    quiet: int = 0,
+    discovery: RoundDiscovery | None = None,
 ) -> Tick:
     """One direct evaluation of the sensor. Its partition requests are applied to the instance,
     as the daemon does (run requests are only returned). Without an instance, a new one holding
-    the partitions of the rounds the cursor names: the tick that wrote the cursor added them."""
+    the partitions of the rounds the cursor names: the tick that wrote the cursor added them.
+    `discovery` replaces the quiet period `quiet` and the default retries."""
     if instance is None:
         instance = DagsterInstance.ephemeral()
         if cursor:
             instance.add_dynamic_partitions(ROUNDS_PARTITIONS_NAME, list(json.loads(cursor).get("rounds", {})))
     resources = {
         "rounds_root": RoundsRoot(root_dir=str(rounds_root)),
-        "round_discovery": RoundDiscovery(quiet_period_seconds=quiet),
+        "round_discovery": discovery or RoundDiscovery(quiet_period_seconds=quiet),
     }
     with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
         recorder = Recorder()
@@ -121,9 +130,12 @@ def tick(
 def cursor_of(
     rounds: dict[str, str], missing: list[str] | None = None, requests: dict[str, int] | None = None
 ) -> str:
-    """The cursor after `requests` requests per round (default: one request of each round)."""
+    """The cursor after `requests` requests per round (default: one request of each round), the
+    runs of the last ones not yet seen to end."""
     requests = dict.fromkeys(rounds, 1) if requests is None else requests
-    return json.dumps({"rounds": rounds, "requests": requests, "missing": missing or []}, sort_keys=True)
+    pending = {key: key_of(key, digest, requests[key]) for key, digest in rounds.items() if key in requests}
+    cursor = {"rounds": rounds, "requests": requests, "missing": missing or []}
+    return json.dumps({**cursor, **({"pending": pending} if pending else {})}, sort_keys=True)
 
 
 def key_of(round_key: str, digest: str, request: int = 1) -> str:
@@ -1032,6 +1044,100 @@ def test_restart_with_the_saved_cursor_reruns_only_the_changed_round(tmp_path: P
     assert unchanged.result == SkipReason("no new or changed rounds")
     assert changed.requested == [(SMALL, key_of(SMALL, fingerprint(layout.rounds_root / SMALL), 2))]
     assert changed.result.dynamic_partitions_requests == []
+
+
+# ---------------------------------------------------------------------------
+# After a run failed: retried when the failure may pass, not when the round's inputs caused it
+# ---------------------------------------------------------------------------
+
+RETRY_AT_ONCE = RoundDiscovery(quiet_period_seconds=0, max_retries=2, retry_backoff_seconds=0)
+
+
+def launch(instance: DagsterInstance, resources: dict[str, Any], tick_: Tick, *, round_held: Path | None = None) -> Any:
+    """Run the tick's one request as the daemon would (with the tags it adds); with `round_held`
+    (a ledger root), while another run holds the round."""
+    (request,) = tick_.result.run_requests
+    tags = {**request.tags, "dagster/sensor_name": SENSOR_NAME, "dagster/run_key": request.run_key}
+    lock = None
+    if round_held is not None:
+        (round_held / request.partition_key).mkdir(parents=True, exist_ok=True)
+        lock = acquire_round_lock(round_held / request.partition_key, request.partition_key, "run other (process 1)")
+    try:
+        return materialize_round(instance, resources, request.partition_key, tags=tags)
+    finally:
+        if lock is not None:
+            release_round_lock(lock)
+
+
+def test_a_round_whose_run_another_run_held_back_is_retried_on_a_later_tick(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    age(layout.root, 3600)
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(layout, ledger_root)
+    digest = fingerprint(layout.rounds_root / SMALL)
+    with instance_for_test() as instance:
+        first = tick(layout.rounds_root, instance=instance, discovery=RETRY_AT_ONCE)
+        held_back = launch(instance, resources, first, round_held=ledger_root)
+        saw = tick(layout.rounds_root, cursor=first.cursor, instance=instance, discovery=RETRY_AT_ONCE)
+        retry = tick(layout.rounds_root, cursor=saw.cursor, instance=instance, discovery=RETRY_AT_ONCE)
+        retried = launch(instance, resources, retry)
+        after = tick(layout.rounds_root, cursor=retry.cursor, instance=instance, discovery=RETRY_AT_ONCE)
+
+    assert not held_back.success and retried.success
+    # The tick that saw the failure retries nothing itself: one tick of backoff at least.
+    assert saw.result == SkipReason("no new or changed rounds; 1 to retry later")
+    sentence = (
+        f"round {SMALL} is being materialized by run other (process 1) right now "
+        f"(lock {ledger_root / SMALL / '.run.lock'}); this run writes nothing to it"
+    )
+    assert ("INFO", f"round {SMALL}: run {held_back.run_id} failed ({sentence}), which may pass; retry 1 of 2 in 0 s") in saw.logged
+    assert retry.requested == [(SMALL, key_of(SMALL, digest, 2))]
+    assert retry.result.run_requests[0].tags[RETRY_TAG] == "1"
+    # Succeeded: the round is at rest again.
+    assert after.result == SkipReason("no new or changed rounds")
+    assert after.cursor == json.dumps({"missing": [], "requests": {SMALL: 2}, "rounds": {SMALL: digest}}, sort_keys=True)
+
+
+def test_a_round_whose_runs_are_held_back_every_time_is_retried_at_most_the_policys_number(tmp_path: Path) -> None:
+    layout = write_rounds(tmp_path / "demo", (SMALL_SPEC,))
+    age(layout.root, 3600)
+    ledger_root = tmp_path / "ledgers"
+    resources = round_resources(layout, ledger_root)
+    runs, ticks = [], []
+    with instance_for_test() as instance:
+        ticks.append(tick(layout.rounds_root, instance=instance, discovery=RETRY_AT_ONCE))
+        for _ in range(8):
+            if ticks[-1].requested:
+                runs.append(launch(instance, resources, ticks[-1], round_held=ledger_root))
+            ticks.append(tick(layout.rounds_root, cursor=ticks[-1].cursor, instance=instance, discovery=RETRY_AT_ONCE))
+
+    assert [len(t.requested) for t in ticks] == [1, 0, 1, 0, 1, 0, 0, 0, 0]  # the request, then 2 retries
+    assert not any(run.success for run in runs)
+    assert ticks[5].warnings() == [
+        f"round {SMALL}: run {runs[2].run_id} failed ({step_failures(runs[2])['round_manifest']}), which may pass, "
+        "but after 2 retries of the same inputs it runs again only once its inputs change"
+    ]
+    assert {t.result for t in ticks[6:]} == {SkipReason("no new or changed rounds")}
+
+
+def test_a_round_whose_run_failed_for_its_own_files_is_not_retried(fresh: DemoLayout, tmp_path: Path) -> None:
+    improve = fresh.rounds_root / ROUND / "improve-run"
+    shutil.copytree(improve / "gen-0", improve / "gen-00")  # two folders of campaign gen 0
+    age(fresh.root, 3600)
+    with instance_for_test() as instance:
+        first = tick(fresh.rounds_root, instance=instance, discovery=RETRY_AT_ONCE)
+        failed = launch(instance, round_resources(fresh, tmp_path / "ledgers"), first)
+        saw = tick(fresh.rounds_root, cursor=first.cursor, instance=instance, discovery=RETRY_AT_ONCE)
+        later = tick(fresh.rounds_root, cursor=saw.cursor, instance=instance, discovery=RETRY_AT_ONCE)
+
+    why = step_failures(failed)["round_manifest"]
+    assert f"{improve / 'gen-00'}" in why
+    assert saw.result == later.result == SkipReason("no new or changed rounds")
+    assert (
+        "INFO",
+        f"round {ROUND}: run {failed.run_id} failed ({why}); it runs again once its inputs change",
+    ) in saw.logged
+    assert [message for _, message in later.logged if message.startswith(f"round {ROUND}: run")] == []
 
 
 # ---------------------------------------------------------------------------

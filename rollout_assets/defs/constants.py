@@ -35,3 +35,7 @@ LEDGER_BLOCKING_CHECKS = (
     "every_worker_session_accounted_for",
     "ledger_lines_valid_and_linked",
 )
+
+# The metadata entry, on a step's Failure, that says the failure may pass: nothing is wrong with
+# the round (another run holds it, a store is busy), so the sensor retries its run.
+MAY_PASS = "may_pass"

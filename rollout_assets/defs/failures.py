@@ -1,6 +1,7 @@
 """How a `RoundError` (this round cannot be materialized as it is) fails a step: a `Failure`
 whose description is the error's one sentence and whose metadata names the round and the
-error. Anything else that escapes a step is a bug and keeps its stack trace."""
+error, and says when the failure may pass (`may_pass`). Anything else that escapes a step is
+a bug and keeps its stack trace."""
 
 from __future__ import annotations
 
@@ -10,23 +11,37 @@ from typing import Any
 
 from dagster import DagsterInstance, Failure, MetadataValue
 
+from rollout_assets.defs.constants import MAY_PASS
 from rollout_assets.defs.instance import ledger_checks
 from rollout_assets.errors import RoundError
+from rollout_assets.ledger import WriterBusyError
 from rollout_assets.stages import TranscriptLossError
 
 # A ledger that would lose transcripts names three in its sentence; its metadata lists more.
 _LOST_TRANSCRIPTS_LISTED = 200
 
 
+def may_pass(error: BaseException) -> bool:
+    """Whether the error says nothing of the round itself, so that the same run started a
+    little later may pass: another run or process is writing the round, a store is busy.
+    An error class says so with a class attribute `may_pass = True`; another writer of the
+    same file (WriterBusyError) is one too."""
+    return getattr(error, "may_pass", False) is True or isinstance(error, WriterBusyError)
+
+
 def _details(error: RoundError) -> dict[str, Any]:
+    details: dict[str, Any] = {}
     if isinstance(error, TranscriptLossError):
-        return {
+        details = {
             "transcripts_dropped": len(error.lost),
             "transcripts_dropped_list": MetadataValue.json(
                 [transcript.describe() for transcript in error.lost[:_LOST_TRANSCRIPTS_LISTED]]
             ),
         }
-    return {}
+    if may_pass(error):
+        # Read by the sensor, which retries a run that failed only for such reasons.
+        details[MAY_PASS] = True
+    return details
 
 
 def round_failure(error: RoundError, round_key: str | None = None) -> Failure:

@@ -18,6 +18,7 @@ Misconfiguration gives one sentence that says what to set. The inputs are read-o
 ledger root that overlaps the rounds root or the Claude projects folder, or that holds the
 opencode store, is refused before anything is written (`RoundLocations`, checked once when a
 run sets it up), and so is a round's output folder that leads among them through a symlink.
+A run writes a round's outputs only while it holds the round's lock (`round_lock.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 from rollout_assets.defs.partitions import round_key_problem, validate_round_key
-from rollout_assets.discovery import RoundDirs
+from rollout_assets.defs.round_lock import RoundLock, acquire_round_lock, release_round_lock
+from rollout_assets.discovery import RetryPolicy, RoundDirs
 from rollout_assets.errors import RoundError
 from rollout_assets.paths import folder_relation, is_inside, real_path, sqlite_files
 from rollout_assets.sources.claude import unreadable_folder_reason
@@ -218,6 +220,12 @@ class RoundLocations(ConfigurableResource):
     fails naming its round, while checks, which write nothing, still run. A round's own output
     folders are checked each time a stage asks for them: a symlink there could lead among the
     inputs even under a ledger root that is apart.
+
+    The first stage of a run that asks to write a round's outputs takes the round's lock, and
+    the run keeps it until Dagster tears the resource down as the run ends: the steps of a run
+    share one resource under the project's in-process executor. (Under an executor with a
+    process per step, each step holds it while it runs.) A second run of the round meanwhile
+    fails its first writing stage with RoundBusyError, before writing anything.
     """
 
     rounds_root: RoundsRoot
@@ -227,9 +235,20 @@ class RoundLocations(ConfigurableResource):
 
     _ledger_root_checked: bool = PrivateAttr(default=False)
     _ledger_root_refusal: str | None = PrivateAttr(default=None)
+    _run_id: str | None = PrivateAttr(default=None)
+    _round_locks: dict[str, RoundLock] = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._run_id = context.run.run_id if context.run is not None else None
         self._check_ledger_root_once()
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        self.release_round_locks()
+
+    def release_round_locks(self) -> None:
+        """Release the locks of the rounds this resource wrote (at the end of the run)."""
+        while self._round_locks:
+            release_round_lock(self._round_locks.popitem()[1])
 
     def _check_ledger_root_once(self) -> None:
         # Also reached without a set-up (the resource used outside a run): never skipped.
@@ -270,7 +289,19 @@ class RoundLocations(ConfigurableResource):
             outputs.training,
         ):
             self.refuse_among_inputs(folder, f"the output folder {folder} of round {round_key}")
-        return self.ledger_root.writable_outputs(round_key)
+        writable = self.ledger_root.writable_outputs(round_key)
+        self._hold_round_lock(round_key, writable)
+        return writable
+
+    def _hold_round_lock(self, round_key: str, outputs: RoundOutputs) -> None:
+        """Take the round's lock unless this run holds it already (RoundBusyError when
+        another run does)."""
+        if round_key in self._round_locks:
+            return
+        holder = f"run {self._run_id}" if self._run_id else "a run"
+        self._round_locks[round_key] = acquire_round_lock(
+            outputs.folder, round_key, f"{holder} (process {os.getpid()})"
+        )
 
     def refuse_among_inputs(self, folder: Path, what: str) -> None:
         """ConfigurationError when `folder` (symlinks followed) leads among the inputs."""
@@ -282,9 +313,12 @@ class RoundLocations(ConfigurableResource):
 
 
 class RoundDiscovery(ConfigurableResource):
-    """How the sensor waits for a round to settle before materializing it."""
+    """How the sensor waits for a round to settle before materializing it, and how it retries a
+    round whose run failed for a reason that may pass (see `rollout_assets.discovery`)."""
 
     quiet_period_seconds: int = 120
+    max_retries: int = RetryPolicy.max_retries  # per round and fingerprint
+    retry_backoff_seconds: int = RetryPolicy.backoff_seconds  # before the first retry, then doubled
 
 
 def list_round_dirs(root: Path, log: Any) -> RoundDirs:

@@ -17,7 +17,12 @@ from dagster import (
 )
 
 from rollout_assets.defs.constants import ROUND_OUTDIR
-from rollout_assets.defs.instance import materialized_fingerprint, round_partitions, sensor_run_keys
+from rollout_assets.defs.instance import (
+    materialized_fingerprint,
+    round_partitions,
+    sensor_run_keys,
+    sensor_run_outcomes,
+)
 from rollout_assets.defs.jobs import materialize_round
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import (
@@ -27,14 +32,26 @@ from rollout_assets.defs.resources import (
     seconds_from_environment,
 )
 from rollout_assets.defs.summary import rounds_summary
-from rollout_assets.discovery import SENSOR_NAME, RoundRequest, fingerprint_rounds, plan_tick, read_cursor
+from rollout_assets.discovery import (
+    SENSOR_NAME,
+    RetryPolicy,
+    RoundRequest,
+    fingerprint_rounds,
+    plan_tick,
+    read_cursor,
+)
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG
 
 SENSOR_INTERVAL_SECONDS = seconds_from_environment("ROLLOUT_SENSOR_INTERVAL_SECONDS", 60, minimum=1)
 
+# The tag of a run that retries the same inputs after a failure that may pass: its number.
+RETRY_TAG = "rollout/retry"
+
 
 def _run_request(request: RoundRequest) -> RunRequest:
     tags = {INPUT_FINGERPRINT_TAG: request.fingerprint.digest}
+    if request.retry:
+        tags[RETRY_TAG] = str(request.retry)
     return RunRequest(partition_key=request.key, run_key=request.run_key, tags=tags)
 
 
@@ -70,10 +87,13 @@ def round_dirs_sensor(
     name is its `rounds` partition key (a name that cannot be one is skipped with a log line).
     Its fingerprint hashes the size and modification time of every file the backfill reads. A
     new or changed round gets a run keyed `<round>:<fingerprint>:<n>` and an observation of its
-    `round_outdir` once its inputs have been quiet for the quiet period. The cursor holds the
-    fingerprint last requested and the request count by round, and the rounds gone; a cursor of
-    another shape stops the tick (CursorError, saying to delete it). The whole policy:
-    `rollout_assets.discovery`.
+    `round_outdir` once its inputs have been quiet for the quiet period. A round whose run failed
+    for a reason that may pass (another run held the round, a busy store, an interrupted run) is
+    retried with the same inputs, a few times at most, after a growing delay (`RoundDiscovery`);
+    one whose run failed for its inputs waits until they change. The cursor holds the
+    fingerprint last requested and the request count by round, the rounds gone, the requests
+    whose run has not been seen to end, and the retries; a cursor of another shape stops the
+    tick (CursorError, saying to delete it). The whole policy: `rollout_assets.discovery`.
     """
     cursor = read_cursor(context.cursor)
     dirs = list_round_dirs(rounds_root.path, context.log)
@@ -90,6 +110,8 @@ def round_dirs_sensor(
         quiet_period=round_discovery.quiet_period_seconds,
         materialized=lambda key: materialized_fingerprint(instance, key),
         run_keys=lambda: sensor_run_keys(instance, SENSOR_NAME),
+        outcomes=lambda run_keys: sensor_run_outcomes(instance, SENSOR_NAME, run_keys),
+        retry_policy=RetryPolicy(round_discovery.max_retries, round_discovery.retry_backoff_seconds),
     )
     for level, message in plan.log:
         context.log.log(level, message)
