@@ -236,17 +236,7 @@ class LedgerRecount:
         if role == "supervisor":
             self.supervisor_ids.add(value["rollout_id"])
         parent = value["parent_rollout_id"]
-        if role == "agent":
-            # A sub-agent's parent is a proposer line (docs/line-format.md): checked apart.
-            self.agent_parents.append((lineno, parent))
-        elif parent is not None:
-            self.parents.append((lineno, parent))
-        if role == "proposer":
-            self.proposer_ids.add(value["rollout_id"])
-            ref = value["artifacts"]["transcript_ref"]
-            # A joined shot names its transcript file (a gap shot its receipt): one file, one shot.
-            if isinstance(ref, str) and ref.endswith(".jsonl"):
-                self.joined_transcripts[ref] += 1
+        self._note_links(value, role, parent, lineno)
         task = value["task"]
         coordinates = (
             value["candidate_id"],
@@ -272,19 +262,35 @@ class LedgerRecount:
                 bool(value["messages"]),
             )
         )
-        if (role == "worker" and not value["messages"]) or role == "proposer":
-            metrics = outcome["metrics"]
-            cwd = metrics.get("worker_cwd") if role == "worker" and isinstance(metrics, dict) else None
-            self.claim_subjects.append((lineno, cwd, value["artifacts"]["transcript_ref"]))
-        elif role == "worker":
-            metrics = outcome["metrics"]
-            cwd = metrics.get("worker_cwd") if isinstance(metrics, dict) else None
-            self.worker_message_counts.append(
-                (lineno, cwd, value["artifacts"]["transcript_ref"], len(value["messages"]))
-            )
+        self._note_claims(value, role, lineno)
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
         self._check_reward_source(role, outcome, where)
+
+    def _note_links(self, value: Any, role: str, parent: Any, lineno: int) -> None:
+        """The line's parent and, for a proposer, the transcript it joined."""
+        if role == "agent":
+            # A sub-agent's parent is a proposer line (docs/line-format.md): checked apart.
+            self.agent_parents.append((lineno, parent))
+        elif parent is not None:
+            self.parents.append((lineno, parent))
+        if role == "proposer":
+            self.proposer_ids.add(value["rollout_id"])
+            ref = value["artifacts"]["transcript_ref"]
+            # A joined shot names its transcript file (a gap shot its receipt): one file, one shot.
+            if isinstance(ref, str) and ref.endswith(".jsonl"):
+                self.joined_transcripts[ref] += 1
+
+    def _note_claims(self, value: Any, role: str, lineno: int) -> None:
+        """What the gap proofs check of the line: a gap's subject, or a joined worker's message count."""
+        metrics = value["outcome"]["metrics"]
+        cwd = metrics.get("worker_cwd") if role == "worker" and isinstance(metrics, dict) else None
+        if (role == "worker" and not value["messages"]) or role == "proposer":
+            self.claim_subjects.append((lineno, cwd, value["artifacts"]["transcript_ref"]))
+        elif role == "worker":
+            self.worker_message_counts.append(
+                (lineno, cwd, value["artifacts"]["transcript_ref"], len(value["messages"]))
+            )
 
     def observe(self, raw: bytes, lineno: int) -> None:
         where = f"{self.path}:{lineno}"

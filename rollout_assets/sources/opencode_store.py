@@ -72,6 +72,9 @@ class OpencodeStoreError(RoundError, RuntimeError):
 class OpencodeStoreBusy(OpencodeStoreError):
     """Another process kept the store locked longer than the round waits for it."""
 
+    # Not a property of the round: the sensor may try it again (rollout_assets.defs.failures).
+    may_pass = True
+
 
 class StoreUnavailable(Exception):
     """The store cannot be read at all; the message says why (one clause, naming the file)."""
