@@ -154,6 +154,10 @@ def test_ctrl_c_stops_the_run_at_once_and_exits_130_without_the_summary(tmp_path
         while not marker.exists():
             assert process.poll() is None, process.communicate()
             time.sleep(0.01)
+        # Dagster starts its compute-log watchers with the step; a Ctrl-C reaching one while its
+        # Python is still starting prints Python's own fatal error, not the command's. The step
+        # sleeps a minute: a second more lets them start.
+        time.sleep(1)
         interrupted_at = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
