@@ -1,6 +1,6 @@
 """Shared helpers of the backfill tests: run the real join on a round, and find lines in it.
 
-The id rule is recomputed here from rollout-v1.md ("Ids"), never imported from the package,
+The id rule is recomputed here from docs/line-format.md ("Ids"), never imported from the package,
 so a test that compares ids checks the code against the spec and not against itself.
 """
 
@@ -36,7 +36,7 @@ SEED_STATS_KEYS = [
 
 
 def rollout_uuid(name: str) -> str:
-    """uuid5(uuid5(NAMESPACE_URL, "tangle.rollout.v1"), name), as rollout-v1.md defines ids."""
+    """uuid5(uuid5(NAMESPACE_URL, "tangle.rollout.v1"), name), as docs/line-format.md defines ids."""
     return str(uuid.uuid5(ROLLOUT_NAMESPACE, name))
 
 

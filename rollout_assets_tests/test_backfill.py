@@ -264,7 +264,7 @@ def test_round_001_proposer_order_is_code_point_order_of_receipt_paths(round_001
 
 
 # ---------------------------------------------------------------------------
-# Deterministic ids (rollout-v1.md, Ids)
+# Deterministic ids (docs/line-format.md, Ids)
 # ---------------------------------------------------------------------------
 
 
@@ -862,7 +862,7 @@ def test_a_garbage_bytes_store_behaves_like_a_missing_one(demo: DemoLayout, tmp_
 
 
 def recount(run: Backfilled, opencode_available: bool) -> dict[str, Any]:
-    """The stats of rollout-v1.md, recounted from the lines' own fields."""
+    """The stats of docs/line-format.md, recounted from the lines' own fields."""
     lines = run.lines
     by_role: dict[str, int] = {}
     for line in lines:

@@ -389,7 +389,7 @@ NOT_READ_STRICTLY = {
 def test_integrity_check_reads_the_ledger_strictly(
     tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, break_it: str
 ) -> None:
-    """rollout-v1.md: UTF-8, `\n` after every line. A line that is not is refused and named,
+    """docs/line-format.md: UTF-8, `\n` after every line. A line that is not is refused and named,
     never repaired (replacement characters, null for an overflowing number) into one that passes."""
     raw = _ledger_bytes(tmp_path, lines)
     ledger = tmp_path / "damaged.jsonl"

@@ -38,11 +38,14 @@ NOT_DAGSTER_NAMES = frozenset(
         "cells_without_worker_list",
         "input_fingerprint",
         "invalid_partition_keys",
+        "joined_worker_lines",
+        "may_pass",
         "reward_labeled",
         "rounds_without_directory",
         "rounds_without_stats_list",
         "rounds_without_stats_reasons",
         "transcripts_dropped",
+        "unwarranted_joined_worker",
         # columns of rounds-summary.parquet
         "cost_usd",
         "cost_usd_recorded",
@@ -58,6 +61,9 @@ NOT_DAGSTER_NAMES = frozenset(
         "reward_labeled_share",
         "round_dir_present",
         # keys of a line's `outcome.metrics` (a free-form object in the schema)
+        "agent_key",
+        "ended_at",
+        "started_at",
         "exit_code",
         "has_session",
         "instance_count",
@@ -85,6 +91,10 @@ NOT_DAGSTER_NAMES = frozenset(
         "opencode_store_unavailable",
         "supervisor_transcript_not_persisted",
         "supervisor_worker_list_missing",
+        # claim kinds of `every_gap_is_warranted` that are not gaps
+        "joined_worker",
+        # keys of the sensor's cursor
+        "retry_at",
         # fields of the inputs (opencode store columns, Claude transcript lines, result.json)
         "cache_creation_input_tokens",
         "cache_read_input_tokens",
@@ -105,12 +115,14 @@ NOT_DAGSTER_NAMES = frozenset(
         "tool_use",
         "tool_use_id",
         # Python, Dagster, instance-configuration and tool names
+        "blocking_checks",
         "copy_file_range",
         "in_process_executor",
         "max_runtime_seconds",
         "parse_constant",
         "partitions_def",
         "pg_ctl",
+        "run_k8s_config",
         "tag_concurrency_limits",
     }
 )

@@ -2,7 +2,7 @@
 
 The round (`GOLDEN_SPEC`: 2 instances x 1 rep, a baseline and one candidate, one worker per
 cell with one step, one proposer shot) holds every role. Its lines were checked field by field
-against rollout-v1.md and the seed before they were stored, and the most important fields are
+against docs/line-format.md and the seed before they were stored, and the most important fields are
 asserted explicitly below, from the round's own files and the opencode store, so the golden is
 not merely "whatever the code printed". The stored file differs from the real ledger in three
 ways only, all made by `normalized_ledger`: `captured_at` is fixed (passed to RoundBackfill),
@@ -13,7 +13,7 @@ replaced by `<uuid5 NAME>` after it was checked to equal uuid5 of NAME.
 To regenerate after an INTENTIONAL change of the line format, the join or the demo generator:
 run `UPDATE_GOLDEN=1 .venv/bin/python -m pytest rollout_assets_tests/test_golden.py -q`, which
 rewrites `golden/golden_round.jsonl` and `golden/golden_round.stats.json`; then review the diff
-line by line (`git diff rollout_assets_tests/golden/`) against rollout-v1.md before committing
+line by line (`git diff rollout_assets_tests/golden/`) against docs/line-format.md before committing
 it, and update the explicit assertions below if the change touches them.
 """
 

@@ -1,4 +1,4 @@
-"""Joining a proposer shot to its Claude transcript by time window (inputs.md §6), on real files."""
+"""Joining a proposer shot to its Claude transcript by time window (docs/input-formats.md §6), on real files."""
 
 from pathlib import Path
 from typing import Any

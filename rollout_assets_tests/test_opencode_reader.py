@@ -439,7 +439,7 @@ def test_a_legacy_session_table_still_gives_the_session_messages(tmp_path: Path)
 
 
 # ---------------------------------------------------------------------------
-# Transcript conversion (inputs.md §4)
+# Transcript conversion (docs/input-formats.md §4)
 # ---------------------------------------------------------------------------
 
 

@@ -296,7 +296,7 @@ def test_baseline_commit_is_the_first_cell_in_scenario_rep_order_not_directory_o
 
 
 def test_baseline_commit_skips_a_first_cell_without_an_artifact(tmp_path: Path) -> None:
-    # Ambiguous in inputs.md ("its first cell's"): the current rule takes the first cell
+    # Ambiguous in docs/input-formats.md ("its first cell's"): the current rule takes the first cell
     # that names a commit, rather than null from an errored first cell.
     out_dir = round_dir(tmp_path)
     baseline = campaign_dir(out_dir)

@@ -1,4 +1,4 @@
-"""Each deliberate difference from the seed (rollout-v1.md, last section), on the round that plants it.
+"""Each deliberate difference from the seed (docs/seed.md, Deliberate differences), on the round that plants it.
 
 Every fix has its own small demo round generated with the matching `fixes` name, so one
 case cannot mask another; each test first asserts the planted precondition, then the fixed
@@ -372,7 +372,7 @@ def test_without_a_run_id_the_run_id_is_the_absolute_out_dir_even_when_given_rel
 
 
 def test_without_a_run_id_a_symlinked_out_dir_keeps_the_link_path_as_run_id(tmp_path: Path) -> None:
-    # rollout-v1.md resolves the real path only to build worktree paths; the run id (and so
+    # docs/line-format.md resolves the real path only to build worktree paths; the run id (and so
     # every id) of a round without `runId` is the outDir as named. Ambiguous: listed as such.
     out_dir = tmp_path / "round"
     write_cell(campaign_dir(out_dir), "c", cell("a__a-1", 0))

@@ -14,7 +14,9 @@ copy, which gives the last committed state. The copy is removed when its reading
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
+import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -23,8 +25,10 @@ import struct
 import tempfile
 import time
 import weakref
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from rollout_assets.audit.session_counts import session_counts
@@ -84,10 +88,7 @@ class StoreCopy:
 
     def connect(self) -> sqlite3.Connection:
         """The copy, as bytes; writable, so SQLite may replay its WAL or roll back its journal."""
-        uri = f"file:{quote(os.fsencode(self.path))}"
-        connection = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
-        connection.text_factory = bytes
-        return connection
+        return _connect_copy(self.path)
 
     def remove(self) -> None:
         self._cleanup()
@@ -257,6 +258,44 @@ def _sessions_by_directory(
     return sessions
 
 
+def _connect_copy(path: Any) -> sqlite3.Connection:
+    connection = sqlite3.connect(f"file:{quote(os.fsencode(path))}", uri=True, timeout=_BUSY_TIMEOUT_S)
+    connection.text_factory = bytes
+    return connection
+
+
+def _counted(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int]]:
+    """session_counts over `wanted`, on a connection of its own (in a forked worker too)."""
+    connection = _connect_copy(copy_path)
+    try:
+        return session_counts(connection, json.dumps(wanted, ensure_ascii=False))
+    finally:
+        connection.close()
+
+
+# Below this many sessions a second process costs more than it saves.
+_PARALLEL_MIN_SESSIONS = 2_000
+
+
+def _count_sessions(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int]]:
+    """The counts of `wanted`, their JSON parsing spread over the cores: each process takes every
+    n-th session (sessions are counted apart, so the parts give the same rows as one pass)."""
+    workers = len(os.sched_getaffinity(0))
+    if workers <= 1 or len(wanted) < _PARALLEL_MIN_SESSIONS:
+        return _counted(copy_path, wanted)
+    chunks = [wanted[index::workers] for index in range(workers)]
+    gc.freeze()  # forked workers share the parent's pages instead of copying them as the collector walks
+    try:
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+            later = [pool.submit(_counted, copy_path, chunk) for chunk in chunks[1:]]
+            rows = _counted(copy_path, chunks[0])
+            for future in later:
+                rows += future.result()
+    finally:
+        gc.unfreeze()
+    return rows
+
+
 def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
     """For each of `session_ids` that has message rows: (its message rows, its part rows that make
     a message by the narrow rule, the chat messages its rows make); by one grouped query on the
@@ -275,15 +314,9 @@ def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tupl
     if reading.copy is None:
         return reading.why or "the audit kept no copy of the store"
     try:
-        connection = reading.copy.connect()
+        rows = _count_sessions(reading.copy.path, wanted)
     except sqlite3.Error as error:
         return str(error)
-    try:
-        rows = session_counts(connection, json.dumps(wanted, ensure_ascii=False))
-    except sqlite3.Error as error:
-        return str(error)
-    finally:
-        connection.close()
     return {
         session_id.decode("utf-8", "replace"): (messages, parts, made)
         for session_id, messages, parts, made in rows

@@ -1,4 +1,4 @@
-"""Deterministic rollout ids (rollout-v1.md, Ids).
+"""Deterministic rollout ids (docs/line-format.md, Ids).
 
 The seed minted random UUIDs, so every re-run of a round produced different ids and no
 two ledgers of the same round could be joined or deduplicated. Here an id is a UUIDv5 of
