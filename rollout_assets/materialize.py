@@ -305,7 +305,7 @@ def _materialize_round(
 ) -> bool:
     """Run `materialize_round` for one round and print its report; True when it succeeded."""
     # Checked just before launching: two launches at the same moment can still both start,
-    # and then the ledger's file lock fails one of them at once.
+    # and then the round's lock (defs/round_lock.py) fails the second one before it writes.
     busy = round_run(instance, key, RUNNING_STATUSES)
     if busy is not None:
         print(

@@ -13,19 +13,17 @@ import os
 import shutil
 import secrets
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow.parquet as pq
 
 from rollout_assets.release.config import ReleaseConfig, ReleaseError
 from rollout_assets.release.scrub import Scrubber
 from rollout_assets.release.split import split_of
 from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
-from rollout_assets.training.files import AtomicParquetWriter, TrainingFiles
+from rollout_assets.training.files import AtomicParquetWriter, TrainingFiles, parquet_rows
 
 # Release kind -> the training dataset it is built from, and its Arrow schema.
 KINDS = {"sft": ("sft_rows", SFT_SCHEMA), "preference_pairs": ("preference_pairs", PAIR_SCHEMA), "grpo_groups": ("grpo_groups", GROUP_SCHEMA)}
@@ -55,14 +53,6 @@ class ReleaseCounts:
     instances: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SPLITS})
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
-        yield from batch.to_pylist()
-
-
-def _instance_of(kind: str, row: dict[str, Any]) -> str:
-    return row["metadata"]["instance_id"]
-
 
 def _content_digest(row: dict[str, Any]) -> bytes:
     """Exact duplicates: the same row apart from where it came from (its metadata)."""
@@ -85,13 +75,13 @@ def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseCo
                 source = round_input.training.parquet(dataset)
                 if not source.is_file():
                     raise ReleaseError(f"round {round_input.key}: {source} does not exist; build its training rows first")
-                for row in _rows(source):
+                for row in parquet_rows(source):
                     digest = _content_digest(row)
                     if digest in seen:
                         counts.duplicates[kind] += 1
                         continue
                     seen.add(digest)
-                    split = split_of(_instance_of(kind, row), config.split_unit, config.test_fraction)
+                    split = split_of(row["metadata"]["instance_id"], config.split_unit, config.test_fraction)
                     clean = scrubber.scrub_value(row)
                     writers[split].write(clean)
                     counts.rows[kind][split] += 1

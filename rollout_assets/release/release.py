@@ -93,8 +93,9 @@ def build_release(
         raise ReleaseError("a release needs at least one round")
     folder = temporary_folder(release)
     try:
-        counts = write_release_data(sorted(rounds, key=lambda r: r.key), folder, config)
-        manifest = _manifest(sorted(rounds, key=lambda r: r.key), config, counts, folder)
+        ordered = sorted(rounds, key=lambda r: r.key)
+        counts = write_release_data(ordered, folder, config)
+        manifest = _manifest(ordered, config, counts, folder)
         scrub_report = {"replacements": manifest["scrubbed"], "total": sum(manifest["scrubbed"].values())}
         (folder / "scrub-report.json").write_text(json.dumps(scrub_report, indent=2) + "\n", encoding="utf-8")
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

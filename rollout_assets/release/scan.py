@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+
+from rollout_assets.training.files import parquet_rows
 
 REGEX_PLUGINS = (
     "ArtifactoryDetector", "AWSKeyDetector", "AzureStorageKeyDetector", "BasicAuthDetector", "CloudantDetector",
@@ -52,7 +53,7 @@ def scan_release(release: Path) -> list[Finding]:
     with transient_settings({"plugins_used": [{"name": name} for name in REGEX_PLUGINS]}):
         for path in sorted(release.rglob("*.parquet")):
             relative = str(path.relative_to(release))
-            for number, row in enumerate(_parquet_rows(path), start=1):
+            for number, row in enumerate(parquet_rows(path), start=1):
                 for field, text in _strings(row, ""):
                     for line in text.splitlines():
                         findings += [Finding(relative, number, field, s.type) for s in scan_line(line)]
@@ -63,6 +64,3 @@ def scan_release(release: Path) -> list[Finding]:
     return findings
 
 
-def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
-        yield from batch.to_pylist()

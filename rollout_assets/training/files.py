@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -86,3 +87,9 @@ class AtomicParquetWriter:
         finally:
             if self._temp.exists():
                 self._temp.unlink()
+
+
+def parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a Parquet file as dicts, a small batch at a time (never the whole file)."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
+        yield from batch.to_pylist()

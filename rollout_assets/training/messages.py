@@ -35,11 +35,12 @@ def training_message(message: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
-def messages_digest(messages: list[dict[str, Any]]) -> str:
+def messages_digest(messages: list[dict[str, Any]]) -> bytes:
     """The digest of a transcript, normalized (keys sorted, absent keys left out): two lines
     with the same digest trained the model on the same conversation."""
     canonical = orjson.dumps([training_message(m) for m in messages], option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(canonical).hexdigest()
+    # Raw bytes, not hex: the scan keeps two digests per ledger line.
+    return hashlib.sha256(canonical).digest()
 
 
 def prompt_length(messages: list[dict[str, Any]]) -> int:

@@ -33,8 +33,8 @@ class LineKey:
     instance_id: str
     reward: float | None
     reason: str | None  # the filter's line reason, None when trainable
-    digest: str  # of the whole normalized transcript
-    prompt_digest: str  # of the messages before the first assistant turn
+    digest: bytes  # of the whole normalized transcript
+    prompt_digest: bytes  # of the messages before the first assistant turn
     has_completion: bool  # an assistant turn exists
 
 

@@ -34,7 +34,7 @@ def select_sft(keys: list[LineKey], settings: TrainingFilter) -> Selection:
             selection.outcome[key.index] = "below_min_reward"
         else:
             candidates.append(key)
-    kept_digests: set[str] = set()
+    kept_digests: set[bytes] = set()
     per_group: dict[tuple[str, str], int] = defaultdict(int)
     for key in _by_best_reward(candidates):
         group = (key.role, key.instance_id)
@@ -54,7 +54,7 @@ def _prompt_buckets(keys: list[LineKey], selection: Selection) -> list[list[Line
     """Trainable lines with a completion, grouped by (role, instance, prompt), in the order of
     each bucket's first line. A line alone in its bucket while its (role, instance) has other
     trainable lines is a prompt mismatch; alone in its instance, the caller's reason."""
-    buckets: dict[tuple[str, str, str], list[LineKey]] = {}
+    buckets: dict[tuple[str, str, bytes], list[LineKey]] = {}
     per_instance: dict[tuple[str, str], int] = defaultdict(int)
     for key in keys:
         if key.reason is not None:

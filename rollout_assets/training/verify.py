@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow.parquet as pq
 
-from rollout_assets.training.files import TrainingFiles
+from rollout_assets.training.files import TrainingFiles, parquet_rows
 
 SAMPLE = 5
 _PER_LINE_REASONS = {"gap", "role_excluded", "gated", "error", "incomplete", "truncated", "no_reward"}
@@ -94,10 +93,6 @@ def _ledger_digest(handle: Any, fact: LedgerFacts) -> str:
     return _canonical(orjson.loads(handle.read(fact.length))["messages"])
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
-        yield from batch.to_pylist()
-
 
 def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(rollout_id, the full transcript the row holds for it) for each line in the row."""
@@ -126,7 +121,7 @@ def check_accounting(
             if entry["rollout_id"] in fates:
                 verdict.fail(f"line {entry['line']} ({entry['rollout_id']}) is accounted for twice")
             fates[entry["rollout_id"]] = entry["fate"]
-    in_rows = Counter(rid for row in _rows(files.parquet(dataset)) for rid, _ in _transcripts(dataset, row))
+    in_rows = Counter(rid for row in parquet_rows(files.parquet(dataset)) for rid, _ in _transcripts(dataset, row))
     for rollout_id, fact in facts.items():
         fate = fates.get(rollout_id)
         if fate is None:
@@ -167,7 +162,7 @@ def check_rows_match_ledger(
     verdict = TrainingVerdict(True)
     rows = 0
     with open(ledger, "rb") as handle:
-        for number, row in enumerate(_rows(files.parquet(dataset)), start=1):
+        for number, row in enumerate(parquet_rows(files.parquet(dataset)), start=1):
             rows += 1
             for rollout_id, messages in _transcripts(dataset, row):
                 fact = facts.get(rollout_id)
@@ -185,7 +180,7 @@ def check_tool_messages(files: TrainingFiles, dataset: str) -> TrainingVerdict:
     """Every tool message answers a tool call of an earlier assistant message of its row."""
     verdict = TrainingVerdict(True)
     tool_messages = 0
-    for number, row in enumerate(_rows(files.parquet(dataset)), start=1):
+    for number, row in enumerate(parquet_rows(files.parquet(dataset)), start=1):
         for rollout_id, messages in _transcripts(dataset, row):
             called: set[str] = set()
             for message in messages:
@@ -210,7 +205,7 @@ def check_pair_margins(
     facts = facts if facts is not None else ledger_facts(ledger)
     verdict = TrainingVerdict(True)
     pairs = 0
-    for number, row in enumerate(_rows(files.parquet("preference_pairs")), start=1):
+    for number, row in enumerate(parquet_rows(files.parquet("preference_pairs")), start=1):
         pairs += 1
         chosen = facts.get(row["metadata"]["chosen_rollout_id"])
         rejected = facts.get(row["metadata"]["rejected_rollout_id"])
