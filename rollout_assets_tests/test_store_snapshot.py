@@ -30,7 +30,7 @@ from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
 from rollout_assets.errors import RoundError
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets.sources.opencode import OpencodeStore
-from rollout_assets.sources.opencode_store import WAIT_ENV, OpencodeStoreBusy
+from rollout_assets.sources.opencode_store import WAIT_ENV, OpencodeStoreBusy, take_snapshot
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 SPEC = RoundSpec(
@@ -463,6 +463,75 @@ def test_the_round_reads_one_state_of_a_store_changed_while_it_runs(
     lines = backfill(demo, tmp_path / "ledger.jsonl", db)
 
     assert [strip(line) for line in lines] == [strip(line) for line in reference]
+
+
+# A writer in the middle of a transaction in rollback-journal mode: its changes are in its own
+# page cache and its -journal, none committed (SQLite's RESERVED lock; readers may still read).
+WRITE_UNCOMMITTED = textwrap.dedent(
+    """
+    import sqlite3, sys
+    connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+    connection.execute("PRAGMA cache_size=-1")  # a small cache: the change reaches the -journal
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute("UPDATE session SET agent = 'uncommitted'")
+    print("held", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+# A writer that died in the middle of committing: part of its change is in the database file,
+# the pages it replaced in a hot -journal that the next reader must roll back.
+CRASH_MID_COMMIT = textwrap.dedent(
+    """
+    import os, sqlite3, sys
+    connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+    connection.execute("PRAGMA cache_size=1")  # a change larger than the cache spills to the file
+    connection.execute("BEGIN EXCLUSIVE")
+    connection.execute("UPDATE part SET data = json_set(data, '$.uncommitted', hex(zeroblob(2000)))")
+    connection.execute("UPDATE session SET agent = 'uncommitted'")
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("writer", ["none", "an uncommitted transaction", "a crash mid-commit"])
+def test_a_rollback_journal_store_is_copied_as_its_last_committed_state(
+    demo: DemoLayout, tmp_path: Path, writer: str, holders: list[LockHolder]
+) -> None:
+    """The database file and its -journal are copied under the shared lock: without waiting
+    for a writer that has not begun to commit, and what is not committed is not read, even when
+    a crashed writer left it in the database file (the copy rolls its hot journal back; the
+    store itself is not touched)."""
+    db = store_in_mode(demo, tmp_path / "store", "rollback")
+    if writer == "a crash mid-commit":
+        subprocess.run([sys.executable, "-c", CRASH_MID_COMMIT, str(db)], check=True, timeout=60)
+        assert (tmp_path / "store" / "opencode.db-journal").stat().st_size > 0
+        with open(db, "rb") as changed, open(demo.opencode_db, "rb") as original:
+            assert changed.read() != original.read()  # the half-made change is in the file
+    elif writer != "none":
+        holder = LockHolder.__new__(LockHolder)
+        holder.process = subprocess.Popen(
+            [sys.executable, "-c", WRITE_UNCOMMITTED, str(db)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        holders.append(holder)
+        assert holder.process.stdout is not None and holder.process.stdout.readline() == "held\n", holder.stderr()
+        assert (tmp_path / "store" / "opencode.db-journal").exists()
+    before = folder_state(tmp_path / "store")
+
+    started = time.monotonic()
+    snapshot = take_snapshot(db, wait_s=0)
+
+    assert time.monotonic() - started < SQLITE_BUSY_TIMEOUT_S
+    copy = sqlite3.connect(f"file:{snapshot.path}?immutable=1", uri=True)
+    agents = {row[0] for row in copy.execute("SELECT agent FROM session")}
+    copy.close()
+    assert "uncommitted" not in agents and agents
+    with sqlite3.connect(f"file:{demo.opencode_db}?immutable=1", uri=True) as original:
+        assert agents == {row[0] for row in original.execute("SELECT agent FROM session")}
+    assert folder_state(tmp_path / "store") == before
+    shutil.rmtree(snapshot.path.parent)
 
 
 def after_probe(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:

@@ -11,14 +11,15 @@ behind although inputs are read-only. And a round is read by several processes: 
 live store, each would see the store as it was when it read it. So the store is copied once
 per round and every process reads the copy (immutable: no lock, no file beside it):
 
-- when SQLite can read the store read-only without creating a file beside it (a rollback-
-  journal store, or a WAL store whose `-wal` and `-shm` are there, as while opencode runs),
-  through SQLite: one read transaction and the backup API, so the copy is one committed state
-  whatever a writer does meanwhile;
-- otherwise (a WAL store without its `-wal`/`-shm`, or whose index this process cannot use),
-  by copying the database file and its `-wal` under SQLite's own shared lock on the database
-  file (the byte-range lock every SQLite reader takes), checking that nothing changed while
-  copying, and replaying the WAL in the copy.
+- a WAL store whose `-wal` and `-shm` are there, as while opencode runs: through SQLite, one
+  read transaction and the backup API, so the copy is one committed state whatever a writer
+  does meanwhile;
+- otherwise (a rollback-journal store, or a WAL store without its `-wal`/`-shm` or whose index
+  this process cannot use): by copying the database file and its `-journal` or `-wal` under
+  SQLite's own shared lock on the database file (the byte-range lock every SQLite reader
+  takes, which keeps a rollback-journal writer from writing the file), checking that nothing
+  changed while copying, and opening the copy, which rolls back a journal a crashed writer
+  left or replays the WAL.
 
 A writer that holds the store locked (its write lock in rollback-journal mode, or a connection
 in exclusive locking mode) is waited for up to `wait_seconds()`; a store still locked then
@@ -248,18 +249,19 @@ def _header(store: str) -> bytes:
 def _copy(store: str, header: bytes, copy: Path) -> None:
     wal_mode = len(header) == 100 and _WAL_FORMAT in (header[18], header[19])
     index_there = os.path.isfile(f"{store}-wal") and os.path.isfile(f"{store}-shm")
-    if not wal_mode or index_there:
+    if wal_mode and index_there:
         try:
             _copy_through_sqlite(store, copy)
             return
         except sqlite3.Error as error:
             if _is_busy(error):
                 raise _Busy(_lock_holder(store) or _sqlite_reason(error)) from None
-            if not wal_mode:
-                raise StoreUnavailable(f"{store}: {_sqlite_reason(error)}") from None
             # A WAL index this process cannot use (another user's -shm): copy the files instead.
             _clear(str(copy.parent))
-    _copy_files(store, copy)
+    # A rollback-journal store, or a WAL store without its index: a byte copy under the shared
+    # lock, a fifth of the time of the backup API, which rewrites the store page by page
+    # (0.26 s against 1.3 s for 738 MB from the page cache).
+    _copy_files(store, copy, f"{store}-wal" if wal_mode else f"{store}-journal")
 
 
 def _copy_through_sqlite(store: str, copy: Path) -> None:
@@ -288,9 +290,12 @@ def _target(store: str, copy: Path) -> sqlite3.Connection:
         raise OpencodeStoreError(f"{store}: cannot write its snapshot {copy}: {error}") from error
 
 
-def _copy_files(store: str, copy: Path) -> None:
-    """Copy the database file (and its -wal) under SQLite's shared lock, then replay the WAL."""
-    wal = f"{store}-wal"
+def _copy_files(store: str, copy: Path, sibling: str) -> None:
+    """Copy the database file and its `sibling` (the -wal of a WAL store, the -journal of a
+    rollback-journal one) under SQLite's shared lock, then open the copy, which replays the WAL
+    or rolls back a journal a crashed writer left. Under the shared lock a rollback-journal
+    writer cannot write the database file; a WAL writer can still append and checkpoint, so the
+    files' state before and after the copy must agree."""
     try:
         descriptor = os.open(store, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as error:
@@ -298,25 +303,29 @@ def _copy_files(store: str, copy: Path) -> None:
     try:
         if not _shared_lock(descriptor):
             raise _Busy(_lock_holder(store) or "a write lock on the database file")
-        before = _state(descriptor, wal)
+        before = _state(descriptor, sibling)
         _copy_bytes(store, descriptor, copy)
-        if os.path.lexists(wal):
+        if os.path.lexists(sibling):
             try:
-                wal_descriptor = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+                sibling_descriptor = os.open(sibling, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                pass  # gone since: the state check below sees it
             except OSError as error:
-                raise StoreUnavailable(f"{wal}: {error.strerror or error}") from None
-            try:
-                _copy_bytes(wal, wal_descriptor, Path(f"{copy}-wal"))
-            finally:
-                os.close(wal_descriptor)
-        if _state(descriptor, wal) != before:
+                raise StoreUnavailable(f"{sibling}: {error.strerror or error}") from None
+            else:
+                try:
+                    _copy_bytes(sibling, sibling_descriptor, Path(f"{copy}{sibling[len(store):]}"))
+                finally:
+                    os.close(sibling_descriptor)
+        if _state(descriptor, sibling) != before:
             raise _Busy("a writer kept changing it while it was copied")
     finally:
         os.close(descriptor)  # releases the shared lock
     try:
         connection = sqlite3.connect(copy, isolation_level=None)
         try:
-            connection.execute("PRAGMA journal_mode=DELETE")  # replays the WAL into the copy
+            connection.execute("PRAGMA journal_mode=DELETE")  # replays a WAL into the copy
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()  # rolls back a journal
         finally:
             connection.close()
     except sqlite3.Error as error:
@@ -340,7 +349,8 @@ def _copy_bytes(source: str, descriptor: int, target: Path) -> None:
 
 def _state(descriptor: int, wal: str) -> tuple[object, ...]:
     """What changes when a writer touches the store: the database file's identity, size and
-    modification time, and the WAL's (with its header, whose salts change when it restarts)."""
+    modification time, and its -wal's or -journal's (with its header: a WAL's salts change when
+    it restarts)."""
     database = os.fstat(descriptor)
     try:
         with open(wal, "rb") as handle:
