@@ -547,6 +547,14 @@ def test_the_domain_core_imports_no_dagster() -> None:
     assert completed.stdout.strip() == "[]"
 
 
+def test_the_definitions_import_neither_pandas_nor_pyarrow_nor_the_secret_scanner() -> None:
+    """Every Dagster process of the project imports the definitions; pandas and pyarrow alone
+    would add ~120 MiB to each, and only the summary, training and release steps use them."""
+    code = "import sys, rollout_assets.definitions\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'pyarrow', 'detect_secrets'}))"
+    completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert completed.stdout.strip() == "[]"
+
+
 # ---------------------------------------------------------------------------
 # The import graph of the package
 # ---------------------------------------------------------------------------

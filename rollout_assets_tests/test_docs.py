@@ -220,9 +220,9 @@ def training_names() -> frozenset[str]:
     from rollout_assets.defs.assets.release import ReleaseAssetConfig
     from rollout_assets.defs.assets.training import TrainingConfig
     from rollout_assets.training import DROP_REASONS
-    from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
+    from rollout_assets.training.arrow import schemas
 
-    columns = {name for schema in (SFT_SCHEMA, PAIR_SCHEMA, GROUP_SCHEMA) for name in schema.names}
+    columns = {name for schema in schemas().values() for name in schema.names}
     config = set(TrainingConfig.model_fields) | set(ReleaseAssetConfig.model_fields)
     return frozenset(DROP_REASONS) | frozenset(columns) | frozenset(config)
 

@@ -1,7 +1,7 @@
 """`rounds_summary`: the cross-round overview, one row per round (not partitioned)."""
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetExecutionContext,
@@ -11,7 +11,6 @@ from dagster import (
     MetadataValue,
     asset,
 )
-from pandas import DataFrame
 
 from rollout_assets.defs.constants import OWNERS, ROLLOUT_LEDGER, ROLLOUT_STATS, SUMMARY_GROUP
 from rollout_assets.defs.failures import round_errors_fail_the_step
@@ -19,6 +18,11 @@ from rollout_assets.defs.instance import ledger_checks, round_partitions
 from rollout_assets.defs.partitions import SUMMARY_FILE_NAME, round_key_problem
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.summary import StatsFileError, build_rounds_summary, markdown_table, write_parquet_atomic
+
+if TYPE_CHECKING:
+    # pandas is imported where the summary is built (rollout_assets.summary), not with the
+    # definitions: every run of the project would otherwise hold its ~80 MiB.
+    from pandas import DataFrame
 
 _NAMES_LOGGED = 20
 
@@ -117,7 +121,7 @@ def _log_left_out_and_gone(context: AssetExecutionContext, reasons: dict[str, st
 
 def _write_summary(
     locations: RoundLocations, keys: list[str], present: set[str] | None
-) -> tuple[DataFrame, list[str]]:
+) -> "tuple[DataFrame, list[str]]":
     """(the summary written at the ledger root, the rounds left out of it for want of stats)."""
     path = locations.ledger_root.path / SUMMARY_FILE_NAME
     try:
@@ -138,7 +142,7 @@ def _write_summary(
 
 def _metadata(
     locations: RoundLocations,
-    frame: DataFrame,
+    frame: "DataFrame",
     without_stats: list[str],
     reasons: dict[str, str],
     invalid_keys: list[str],

@@ -22,11 +22,12 @@ import orjson
 from rollout_assets.release.config import ReleaseConfig, ReleaseError
 from rollout_assets.release.scrub import Scrubber
 from rollout_assets.release.split import split_of
-from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
+from rollout_assets.training.arrow import schemas
 from rollout_assets.training.files import AtomicParquetWriter, TrainingFiles, parquet_rows
 
 # Release kind -> the training dataset it is built from, and its Arrow schema.
-KINDS = {"sft": ("sft_rows", SFT_SCHEMA), "preference_pairs": ("preference_pairs", PAIR_SCHEMA), "grpo_groups": ("grpo_groups", GROUP_SCHEMA)}
+# The release's kind of data, and the training dataset it is built from.
+KINDS = {"sft": "sft_rows", "preference_pairs": "preference_pairs", "grpo_groups": "grpo_groups"}
 SPLITS = ("train", "test")
 
 
@@ -64,7 +65,8 @@ def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseCo
     """The data files of the release, into `folder` (a fresh folder)."""
     counts = ReleaseCounts()
     scrubber = Scrubber(host_names=config.host_names)
-    for kind, (dataset, schema) in KINDS.items():
+    for kind, dataset in KINDS.items():
+        schema = schemas()[dataset]
         seen: set[bytes] = set()
         with (
             AtomicParquetWriter(data_file(folder, kind, "train"), schema) as train,

@@ -7,8 +7,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from rollout_assets.release.card import rows_table
 from rollout_assets.release.scan import scan_release
 from rollout_assets.release.split import split_key
@@ -34,6 +32,8 @@ def _data_files(release: Path) -> list[Path]:
 
 def check_split_overlap(release: Path) -> ReleaseVerdict:
     """No instance (or repository, as the release was split) is in both train and test."""
+    import pyarrow.parquet as pq  # here, not with the module: see training/files.py
+
     unit = json.loads((release / "manifest.json").read_text())["config"]["split_unit"]
     seen: dict[str, dict[str, str]] = {"train": {}, "test": {}}
     verdict = ReleaseVerdict()
@@ -60,6 +60,8 @@ def check_no_secrets(release: Path) -> ReleaseVerdict:
 
 def check_card_matches_files(release: Path) -> ReleaseVerdict:
     """The manifest's rows and digests are the files', and the card states the same rows."""
+    import pyarrow.parquet as pq
+
     manifest = json.loads((release / "manifest.json").read_text())
     card = (release / "README.md").read_text()
     verdict = ReleaseVerdict()

@@ -6,94 +6,105 @@ a message does not have is null, never a type that changes from row to row.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pyarrow as pa
 
-TOOL_CALL = pa.struct(
-    [
-        ("id", pa.string()),
-        ("type", pa.string()),
-        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
-    ]
-)
-MESSAGE = pa.struct(
-    [
-        ("role", pa.string()),
-        ("content", pa.string()),
-        ("reasoning_content", pa.string()),
-        ("tool_calls", pa.list_(TOOL_CALL)),
-        ("tool_call_id", pa.string()),
-        ("name", pa.string()),
-    ]
-)
-MESSAGES = pa.list_(MESSAGE)
-TOOL = pa.struct(
-    [
-        ("type", pa.string()),
-        (
-            "function",
-            pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())]),
-        ),
-    ]
-)
-LINE_METADATA = pa.struct(
-    [
-        ("rollout_id", pa.string()),
-        ("run_id", pa.string()),
-        ("round", pa.string()),
-        ("role", pa.string()),
-        ("candidate_id", pa.string()),
-        ("instance_id", pa.string()),
-        ("rep", pa.int64()),
-        ("reward", pa.float64()),
-        ("reward_source", pa.string()),
-        ("model", pa.string()),
-    ]
-)
-SFT_SCHEMA = pa.schema(
-    [
-        ("messages", MESSAGES),
-        ("tools", pa.list_(TOOL)),
-        ("tokens", pa.int64()),
-        ("n_messages", pa.int64()),
-        ("metadata", LINE_METADATA),
-    ]
-)
-PAIR_METADATA = pa.struct(
-    [
-        ("round", pa.string()),
-        ("run_id", pa.string()),
-        ("role", pa.string()),
-        ("instance_id", pa.string()),
-        ("chosen_rollout_id", pa.string()),
-        ("rejected_rollout_id", pa.string()),
-        ("chosen_reward", pa.float64()),
-        ("rejected_reward", pa.float64()),
-    ]
-)
-PAIR_SCHEMA = pa.schema(
-    [
-        ("prompt", MESSAGES),
-        ("chosen", MESSAGES),
-        ("rejected", MESSAGES),
-        ("margin", pa.float64()),
-        ("metadata", PAIR_METADATA),
-    ]
-)
-GROUP_METADATA = pa.struct(
-    [("round", pa.string()), ("run_id", pa.string()), ("role", pa.string()), ("instance_id", pa.string())]
-)
-GROUP_SCHEMA = pa.schema(
-    [
-        ("prompt", MESSAGES),
-        ("completions", pa.list_(MESSAGES)),
-        ("rewards", pa.list_(pa.float64())),
-        ("rollout_ids", pa.list_(pa.string())),
-        ("metadata", GROUP_METADATA),
-    ]
-)
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@cache
+def schemas() -> dict[str, pa.Schema]:
+    """Each dataset's schema, by dataset name; built on first use, so importing this module
+    (as the Dagster definitions do) does not import pyarrow."""
+    import pyarrow as pa
+
+    tool_call = pa.struct(
+        [
+            ("id", pa.string()),
+            ("type", pa.string()),
+            ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+        ]
+    )
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("reasoning_content", pa.string()),
+            ("tool_calls", pa.list_(tool_call)),
+            ("tool_call_id", pa.string()),
+            ("name", pa.string()),
+        ]
+    )
+    messages = pa.list_(message)
+    tool = pa.struct(
+        [
+            ("type", pa.string()),
+            (
+                "function",
+                pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())]),
+            ),
+        ]
+    )
+    line_metadata = pa.struct(
+        [
+            ("rollout_id", pa.string()),
+            ("run_id", pa.string()),
+            ("round", pa.string()),
+            ("role", pa.string()),
+            ("candidate_id", pa.string()),
+            ("instance_id", pa.string()),
+            ("rep", pa.int64()),
+            ("reward", pa.float64()),
+            ("reward_source", pa.string()),
+            ("model", pa.string()),
+        ]
+    )
+    sft_schema = pa.schema(
+        [
+            ("messages", messages),
+            ("tools", pa.list_(tool)),
+            ("tokens", pa.int64()),
+            ("n_messages", pa.int64()),
+            ("metadata", line_metadata),
+        ]
+    )
+    pair_metadata = pa.struct(
+        [
+            ("round", pa.string()),
+            ("run_id", pa.string()),
+            ("role", pa.string()),
+            ("instance_id", pa.string()),
+            ("chosen_rollout_id", pa.string()),
+            ("rejected_rollout_id", pa.string()),
+            ("chosen_reward", pa.float64()),
+            ("rejected_reward", pa.float64()),
+        ]
+    )
+    pair_schema = pa.schema(
+        [
+            ("prompt", messages),
+            ("chosen", messages),
+            ("rejected", messages),
+            ("margin", pa.float64()),
+            ("metadata", pair_metadata),
+        ]
+    )
+    group_metadata = pa.struct(
+        [("round", pa.string()), ("run_id", pa.string()), ("role", pa.string()), ("instance_id", pa.string())]
+    )
+    group_schema = pa.schema(
+        [
+            ("prompt", messages),
+            ("completions", pa.list_(messages)),
+            ("rewards", pa.list_(pa.float64())),
+            ("rollout_ids", pa.list_(pa.string())),
+            ("metadata", group_metadata),
+        ]
+    )
+    return {"sft_rows": sft_schema, "preference_pairs": pair_schema, "grpo_groups": group_schema}
 
 
 def arrow_tool(tool: dict[str, Any]) -> dict[str, Any]:

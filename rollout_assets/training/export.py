@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from rollout_assets.ledger import AtomicJsonlWriter
-from rollout_assets.training.arrow import GROUP_SCHEMA, PAIR_SCHEMA, SFT_SCHEMA
+from rollout_assets.training.arrow import schemas
 from rollout_assets.training.files import DATASETS, AtomicParquetWriter, TrainingFiles
 from rollout_assets.training.filter import DROP_REASONS, TrainingFilter
 from rollout_assets.training.rows import group_row, pair_row, sft_row
 from rollout_assets.training.scan import LineKey, TrainingInputError, read_line_at, scan_ledger
 from rollout_assets.training.select import Selection, select_groups, select_pairs, select_sft
 
-_SCHEMAS = {"sft_rows": SFT_SCHEMA, "preference_pairs": PAIR_SCHEMA, "grpo_groups": GROUP_SCHEMA}
 _SELECTORS = {"sft_rows": select_sft, "preference_pairs": select_pairs, "grpo_groups": select_groups}
 
 
@@ -89,7 +88,7 @@ def _write_dataset(
     round_key: str,
 ) -> DatasetReport:
     report = DatasetReport(dataset, lines=len(keys), rows=len(selection.rows), lines_in_rows=0)
-    with AtomicParquetWriter(files.parquet(dataset), _SCHEMAS[dataset]) as parquet:
+    with AtomicParquetWriter(files.parquet(dataset), schemas()[dataset]) as parquet:
         jsonl = AtomicJsonlWriter(files.sft_jsonl) if dataset == "sft_rows" else None
         with jsonl if jsonl is not None else contextlib.nullcontext():
             for indexes in selection.rows:

@@ -8,10 +8,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+# pyarrow is imported where a file is written or read, not with this module: the Dagster
+# definitions import it, and every run of the project (most never touch a Parquet file) would
+# otherwise hold pyarrow's ~40 MiB.
 
 # Rows per Parquet row group: small enough that a batch of transcripts stays in memory only
 # briefly, large enough for readers to scan quickly.
@@ -59,6 +64,8 @@ class AtomicParquetWriter:
         self._writer: pq.ParquetWriter | None = None
 
     def __enter__(self) -> Self:
+        import pyarrow.parquet as pq
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = pq.ParquetWriter(self._temp, self.schema, compression="zstd")
         return self
@@ -70,6 +77,8 @@ class AtomicParquetWriter:
             self._flush()
 
     def _flush(self) -> None:
+        import pyarrow as pa
+
         if self._pending and self._writer is not None:
             self._writer.write_table(pa.Table.from_pylist(self._pending, schema=self.schema))
             self._pending = []
@@ -91,5 +100,7 @@ class AtomicParquetWriter:
 
 def parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
     """The rows of a Parquet file as dicts, a small batch at a time (never the whole file)."""
+    import pyarrow.parquet as pq
+
     for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
         yield from batch.to_pylist()
