@@ -18,7 +18,7 @@ from rollout_assets.io import NotJson, integer_or_none, is_number, is_record, pa
 from rollout_assets.sources.round.errors import RoundInputError
 from rollout_assets.sources.round.layout import discover_campaigns, is_folder, resolve_out_dir, sorted_names
 from rollout_assets.sources.round.packed import PackedStrings
-from rollout_assets.sources.round.run_dirs import contained_run_dir_file, round_of_cell
+from rollout_assets.sources.round.run_dirs import contained_run_dir_files, round_of_cell
 
 
 CELL_CACHE = "cached-result.json"
@@ -250,8 +250,7 @@ def per_instance_row(cell: CellRecord) -> dict[str, Any]:
 
 def cell_artifact_paths(cell: CellRecord) -> list[str]:
     paths: list[str] = []
-    for name in ("result.json", "judge.json"):
-        path = contained_run_dir_file(cell.run_dir, name, round_of_cell(cell.path))
+    for path in contained_run_dir_files(cell.run_dir, ("result.json", "judge.json"), round_of_cell(cell.path)):
         if path is not None and os.path.isfile(path):
             paths.append(path)
     # An absolute patchPath only, as for runDir: a relative one would be looked up in the

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +32,26 @@ _WARNED: set[str] = set()  # the folders already warned about, once a process
 def run_dir_roots() -> list[str]:
     """The real paths of the roots ROLLOUT_RUN_DIR_ROOTS names (absolute entries only: a
     relative one would depend on the folder the backfill runs in)."""
-    raw = os.environ.get(RUN_DIR_ROOTS_ENV, "")
-    return [os.path.realpath(root) for root in raw.split(":") if os.path.isabs(root)]
+    return list(_real_roots(os.environ.get(RUN_DIR_ROOTS_ENV, "")))
+
+
+@lru_cache(maxsize=8)
+def _real_roots(raw: str) -> tuple[str, ...]:
+    return tuple(os.path.realpath(root) for root in raw.split(":") if os.path.isabs(root))
+
+
+@lru_cache(maxsize=64)
+def _real_round(round_dir: str) -> str:
+    # Resolved once a process: a round's thousands of cells all ask for it.
+    return os.path.realpath(round_dir)
 
 
 def round_of_cell(cell_cache: Path) -> Path | None:
     """The round (outDir) a cell cache belongs to: the folder holding its `improve-run`."""
-    for folder in cell_cache.parents:
-        if folder.name == "improve-run":
-            return folder.parent
+    parts = os.fspath(cell_cache).split(os.sep)[:-1]
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] == "improve-run":
+            return Path(os.sep.join(parts[:index]) or os.sep)
     return None
 
 
@@ -46,29 +59,55 @@ def _inside(real: str, root: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _real_file(path: str, real_folder: str) -> str:
+    """os.path.realpath(path), given its folder's real path: only a symlink needs resolving."""
+    try:
+        if not stat.S_ISLNK(os.lstat(path).st_mode):
+            return os.path.join(real_folder, os.path.basename(path))
+    except OSError:
+        return os.path.join(real_folder, os.path.basename(path))  # as realpath takes a missing name
+    return os.path.realpath(path)
+
+
 def contained_run_dir_file(run_dir: str | None, name: str, round_dir: Path | None) -> str | None:
     """`<runDir>/<name>` when it resolves inside the round or a configured root; None (and a
     warning, once a folder) when it resolves anywhere else."""
-    path = run_dir_file(run_dir, name)
-    if path is None:
-        return None
-    real = os.path.realpath(path)
+    return contained_run_dir_files(run_dir, (name,), round_dir)[0]
+
+
+def contained_run_dir_files(
+    run_dir: str | None, names: tuple[str, ...], round_dir: Path | None
+) -> list[str | None]:
+    """`contained_run_dir_file` for several names of one run folder, resolving the folder once."""
+    paths = [run_dir_file(run_dir, name) for name in names]
+    if all(path is None for path in paths):
+        return paths
+    assert run_dir is not None
     roots = run_dir_roots()
     if round_dir is not None:
-        roots.append(os.path.realpath(round_dir))
-    if any(_inside(real, root) for root in roots):
-        return path
-    folder = os.path.dirname(real)
-    if folder not in _WARNED:
-        _WARNED.add(folder)
-        _LOG.warning(
-            "%s resolves to %s, outside the round %s and the run folder roots (%s): not read",
-            path,
-            real,
-            round_dir,
-            RUN_DIR_ROOTS_ENV,
-        )
-    return None
+        roots.append(_real_round(os.fspath(round_dir)))
+    real_folder = os.path.realpath(run_dir)
+    contained: list[str | None] = []
+    for path in paths:
+        if path is None:
+            contained.append(None)
+            continue
+        real = _real_file(path, real_folder)
+        if any(_inside(real, root) for root in roots):
+            contained.append(path)
+            continue
+        contained.append(None)
+        folder = os.path.dirname(real)
+        if folder not in _WARNED:
+            _WARNED.add(folder)
+            _LOG.warning(
+                "%s resolves to %s, outside the round %s and the run folder roots (%s): not read",
+                path,
+                real,
+                round_dir,
+                RUN_DIR_ROOTS_ENV,
+            )
+    return contained
 
 
 def run_dir_file(run_dir: str | None, name: str) -> str | None:
