@@ -61,21 +61,40 @@ class Measured:
     stdout: str
 
 
-def _tree_pss_kib(pid: int) -> int:
-    """Proportional set size of a process and all its descendants (KiB), from /proc.
-
-    PSS, not RSS: forked workers share their parent's pages, and summing RSS would count
-    those pages once per process."""
-    total, stack = 0, [pid]
+def _tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants, from /proc."""
+    pids, stack = [], [pid]
     while stack:
         current = stack.pop()
+        pids.append(current)
         try:
-            with open(f"/proc/{current}/smaps_rollup") as rollup:
-                total += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
             with open(f"/proc/{current}/task/{current}/children") as children:
                 stack += [int(child) for child in children.read().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
+    return sorted(pids)
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            return next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return 0
+
+
+def _tree_pss_kib(pid: int) -> int:
+    """Proportional set size of a process and all its descendants (KiB), from /proc.
+
+    PSS, not RSS: forked workers share their parent's pages, and summing RSS would count
+    those pages once per process. The processes are read one after another, so a fork between
+    reading the parent and its new child would count the shared pages one and a half times: a
+    sample during which the tree changed is taken again."""
+    for _ in range(5):
+        pids = _tree_pids(pid)
+        total = sum(_pss_kib(current) for current in pids)
+        if _tree_pids(pid) == pids:
+            break
     return total
 
 
