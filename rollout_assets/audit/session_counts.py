@@ -30,9 +30,6 @@ reasoning text or a tool call with a call id.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 import orjson
@@ -41,26 +38,17 @@ import orjson
 # are walked side by side and no message of the round is held beyond the one being counted.
 _MESSAGES = "SELECT session_id, id, data FROM message WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY id"
 _PARTS = (
-    "SELECT message_id, id, data FROM part WHERE message_id IN "
+    "SELECT message_id, data FROM part WHERE message_id IN "
     "(SELECT id FROM message WHERE session_id IN (SELECT value FROM json_each(?))) ORDER BY message_id, id"
 )
 _NOT_SENT_AS_FILES = ("text/plain", "application/x-directory")
+_NO_MESSAGE = object()  # the id of the message before the first part row: equal to none
 
-
-@dataclass
-class _Session:
-    rows: int = 0  # message rows
-    system: bool = False  # an assistant message records a non-empty system prompt
-    narrow: int = 0  # part rows that make a message by the narrow rule
-    made: int = 0  # chat messages the rows make
-
-
-@dataclass(frozen=True)
-class _Message:
-    session_id: Any
-    role: str
-    error_set: bool
-    aborted: bool
+# A session's tally, a list for speed: its message rows, whether an assistant message records a
+# non-empty system prompt, its part rows that make a message by the narrow rule, and the chat
+# messages its rows make before the system message.
+ROWS, SYSTEM, NARROW, MADE = range(4)
+Tally = list[Any]
 
 
 def _object(data: Any) -> dict[str, Any] | None:
@@ -89,98 +77,121 @@ def _system(system: Any) -> bool:
     return False
 
 
-def _chat_message(session_id: Any, data: Any) -> _Message | None:
+# How a message's parts are counted: not at all (no chat message), as a user's, as a sent
+# assistant's, or as an errored assistant's (counted only when aborted with a part other than
+# step-start and reasoning).
+_SKIP, _USER, _ASSISTANT, _ERRORED, _ABORTED = range(5)
+
+
+def _message(data: Any, tally: Tally) -> int:
+    """How the parts of the message row `data` are counted; notes a system prompt on `tally`."""
     message = _object(data)
-    if message is None or message.get("role") not in ("user", "assistant"):
-        return None
-    error = message.get("error")
-    aborted = isinstance(error, dict) and error.get("name") == "MessageAbortedError"
-    return _Message(session_id, message["role"], message["role"] == "assistant" and _error_set(error), aborted)
-
-
-def _non_empty_text(part: dict[str, Any]) -> bool:
-    return isinstance(part.get("text"), str) and part["text"] != ""
-
-
-def _narrow(role: str, part: dict[str, Any]) -> bool:
-    kind = part.get("type")
-    if kind == "text" and _non_empty_text(part) and part.get("ignored") is not True:
-        return True
+    if message is None:
+        return _SKIP
+    role = message.get("role")
+    if role == "user":
+        return _USER
     if role != "assistant":
-        return False
-    return (kind == "reasoning" and _non_empty_text(part)) or (kind == "tool" and isinstance(part.get("callID"), str))
+        return _SKIP
+    if not tally[SYSTEM] and _system(message.get("system")):
+        tally[SYSTEM] = True
+    error = message.get("error")
+    if not _error_set(error):
+        return _ASSISTANT
+    return _ABORTED if isinstance(error, dict) and error.get("name") == "MessageAbortedError" else _ERRORED
 
 
-def _user_made(parts: list[dict[str, Any]]) -> int:
-    for part in parts:
+def session_counts(connection: sqlite3.Connection, wanted: str) -> dict[Any, Tally]:
+    """The tally (ROWS, SYSTEM, NARROW, MADE) of each session of `wanted` (a JSON list of ids)
+    that has message rows: `made` adds the system message when MADE is not 0 and SYSTEM is set.
+
+    One loop over the part rows, its state in local variables: the parts of one message are
+    counted as they come (a step's tally is closed at the next step-start or at the message's
+    end), and the message rows are read up to each part group's message."""
+    sessions: dict[Any, Tally] = {}
+    messages = connection.execute(_MESSAGES, (wanted,))
+    loads, decode_error, sent_as_text = orjson.loads, orjson.JSONDecodeError, _NOT_SENT_AS_FILES
+    group: Any = _NO_MESSAGE
+    tally: Tally | None = None  # the session of the message being counted; None: its parts add nothing
+    how = _SKIP
+    narrow = made = calls = texts = 0
+    speaks = other = False
+    for message_id, data in connection.execute(_PARTS, (wanted,)):
+        if group is _NO_MESSAGE or message_id != group:
+            if tally is not None:
+                made += (speaks or texts >= 2 or calls > 0) + calls
+                tally[NARROW] += narrow
+                if how == _USER or how == _ASSISTANT or (how == _ABORTED and other):
+                    tally[MADE] += made
+            group, tally = message_id, None
+            for session_id, candidate_id, message_data in messages:  # messages without parts are passed over
+                counts = sessions.get(session_id)
+                if counts is None:
+                    counts = sessions[session_id] = [0, False, 0, 0]
+                counts[ROWS] += 1
+                if candidate_id == message_id:
+                    how = _message(message_data, counts)
+                    tally = None if how == _SKIP else counts
+                    break
+                _message(message_data, counts)
+            narrow = made = calls = texts = 0
+            speaks = other = False
+        if tally is None:
+            continue
+        try:
+            part = loads(data)
+        except (decode_error, TypeError):
+            continue
+        if type(part) is not dict:
+            continue
         kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str) and part.get("ignored") is not True:
-            return 1
-        if kind == "file" and (part.get("mime") is None or part.get("mime") not in _NOT_SENT_AS_FILES):
-            return 1
-        if kind in ("compaction", "subtask"):
-            return 1
-    return 0
-
-
-def _assistant_made(parts: list[dict[str, Any]]) -> int:
-    """Steps start at each step-start part; a step that speaks is one message, and each tool
-    call with a call id one more (its tool result)."""
-    made, steps = 0, [[]]
-    for part in parts:
-        if part.get("type") == "step-start":
-            steps.append([])
-        steps[-1].append(part)
-    for step in steps:
-        if not step:
+        if how == _USER:
+            if kind == "text":
+                text = part.get("text")
+                if type(text) is str and part.get("ignored") is not True:
+                    made = 1
+                    if text:
+                        narrow += 1
+            elif kind == "file":
+                mime = part.get("mime")
+                if mime is None or mime not in sent_as_text:
+                    made = 1
+            elif kind == "compaction" or kind == "subtask":
+                made = 1
             continue
-        texts = [part for part in step if part.get("type") == "text" and isinstance(part.get("text"), str)]
-        speaks = any(part["text"] != "" for part in texts) or len(texts) >= 2 or any(
-            part.get("type") == "reasoning" and _non_empty_text(part) for part in step
-        )
-        calls = sum(part.get("type") == "tool" and isinstance(part.get("callID"), str) for part in step)
-        made += (speaks or calls > 0) + calls
-    return made
-
-
-def _messages(connection: sqlite3.Connection, wanted: str, sessions: dict[Any, _Session]) -> Iterator[tuple[Any, _Message | None]]:
-    for session_id, message_id, data in connection.execute(_MESSAGES, (wanted,)):
-        counts = sessions.setdefault(session_id, _Session())
-        counts.rows += 1
-        message = _chat_message(session_id, data)
-        if message is not None and message.role == "assistant":
-            counts.system = counts.system or _system((_object(data) or {}).get("system"))
-        yield message_id, message
-
-
-def session_counts(connection: sqlite3.Connection, wanted: str) -> list[tuple[Any, int, int, int]]:
-    """(session id, its message rows, its narrow part rows, the chat messages its rows make)
-    for each session of `wanted` (a JSON list of ids) that has message rows."""
-    sessions: dict[Any, _Session] = {}
-    messages = _messages(connection, wanted, sessions)
-    parts = groupby(connection.execute(_PARTS, (wanted,)), key=lambda row: row[0])
-    for message_id, rows in parts:
-        message = None
-        for candidate_id, candidate in messages:  # messages without parts are passed over
-            if candidate_id == message_id:
-                message = candidate
-                break
-        if message is None:
+        # An assistant's: steps start at each step-start part; a step that speaks is one
+        # message, and each tool call with a call id one more (its tool result).
+        if kind == "step-start":
+            made += (speaks or texts >= 2 or calls > 0) + calls
+            speaks, texts, calls = False, 0, 0
             continue
-        objects = [part for part in (_object(data) for _, _, data in rows) if part is not None]
-        if not objects:
+        if kind == "reasoning":
+            text = part.get("text")
+            if type(text) is str and text:
+                speaks = True
+                narrow += 1
             continue
-        counts = sessions[message.session_id]
-        counts.narrow += sum(_narrow(message.role, part) for part in objects)
-        if message.role == "user":
-            counts.made += _user_made(objects)
-        elif not message.error_set or (
-            message.aborted and any(part.get("type") not in ("step-start", "reasoning") for part in objects)
-        ):
-            counts.made += _assistant_made(objects)
-    for _ in messages:  # the rows of messages after the last one with parts
-        pass
-    return [
-        (session_id, counts.rows, counts.narrow, counts.made + (counts.made > 0 and counts.system))
-        for session_id, counts in sessions.items()
-    ]
+        other = True
+        if kind == "text":
+            text = part.get("text")
+            if type(text) is str:
+                texts += 1
+                if text:
+                    speaks = True
+                    if part.get("ignored") is not True:
+                        narrow += 1
+        elif kind == "tool" and type(part.get("callID")) is str:
+            calls += 1
+            narrow += 1
+    if tally is not None:
+        made += (speaks or texts >= 2 or calls > 0) + calls
+        tally[NARROW] += narrow
+        if how == _USER or how == _ASSISTANT or (how == _ABORTED and other):
+            tally[MADE] += made
+    for session_id, _, message_data in messages:  # the rows of messages after the last one with parts
+        counts = sessions.get(session_id)
+        if counts is None:
+            counts = sessions[session_id] = [0, False, 0, 0]
+        counts[ROWS] += 1
+        _message(message_data, counts)
+    return sessions

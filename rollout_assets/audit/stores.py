@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rollout_assets.audit.session_counts import session_counts
+from rollout_assets.audit.session_counts import MADE, NARROW, ROWS, SYSTEM, Tally, session_counts
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -264,7 +264,7 @@ def _connect_copy(path: Any) -> sqlite3.Connection:
     return connection
 
 
-def _counted(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int]]:
+def _counted(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
     """session_counts over `wanted`, on a connection of its own (in a forked worker too)."""
     connection = _connect_copy(copy_path)
     try:
@@ -277,23 +277,25 @@ def _counted(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int
 _PARALLEL_MIN_SESSIONS = 2_000
 
 
-def _count_sessions(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int]]:
-    """The counts of `wanted`, their JSON parsing spread over the cores: each process takes every
-    n-th session (sessions are counted apart, so the parts give the same rows as one pass)."""
+def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
+    """The tallies of `wanted` (sorted), their JSON parsing spread over the cores: each process
+    takes a run of consecutive sessions, whose rows lie near each other in the store's indexes
+    (sessions are counted apart, so the parts give the same tallies as one pass)."""
     workers = len(os.sched_getaffinity(0))
     if workers <= 1 or len(wanted) < _PARALLEL_MIN_SESSIONS:
         return _counted(copy_path, wanted)
-    chunks = [wanted[index::workers] for index in range(workers)]
+    size = -(-len(wanted) // workers)
+    chunks = [wanted[start : start + size] for start in range(0, len(wanted), size)]
     gc.freeze()  # forked workers share the parent's pages instead of copying them as the collector walks
     try:
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(max_workers=len(chunks) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
             later = [pool.submit(_counted, copy_path, chunk) for chunk in chunks[1:]]
-            rows = _counted(copy_path, chunks[0])
+            tallies = _counted(copy_path, chunks[0])
             for future in later:
-                rows += future.result()
+                tallies.update(future.result())
     finally:
         gc.unfreeze()
-    return rows
+    return tallies
 
 
 def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
@@ -314,11 +316,15 @@ def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tupl
     if reading.copy is None:
         return reading.why or "the audit kept no copy of the store"
     try:
-        rows = _count_sessions(reading.copy.path, wanted)
+        tallies = _count_sessions(reading.copy.path, wanted)
     except sqlite3.Error as error:
         return str(error)
     return {
-        session_id.decode("utf-8", "replace"): (messages, parts, made)
-        for session_id, messages, parts, made in rows
+        session_id.decode("utf-8", "replace"): (
+            tally[ROWS],
+            tally[NARROW],
+            tally[MADE] + (tally[MADE] > 0 and tally[SYSTEM]),
+        )
+        for session_id, tally in tallies.items()
         if isinstance(session_id, bytes)
     }
