@@ -30,17 +30,43 @@ reasoning text or a tool call with a call id.
 from __future__ import annotations
 
 import sqlite3
+from itertools import chain
 from typing import Any
 
 import orjson
 
 # Row order: messages by id, parts by their message's id and then their own, so the two streams
 # are walked side by side and no message of the round is held beyond the one being counted.
-_MESSAGES = "SELECT session_id, id, data FROM message WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY id"
-_PARTS = (
-    "SELECT message_id, data FROM part WHERE message_id IN "
-    "(SELECT id FROM message WHERE session_id IN (SELECT value FROM json_each(?))) ORDER BY message_id, id"
-)
+#
+# Two plans give the same rows. When the wanted sessions are a small share of the store, their
+# messages are found by the session index and sorted (`None` for a span). When they are most of
+# it, the messages are read in the order of the id index, no sort, the `+` keeping the planner
+# off the session index (it keeps the column's collation and equality); a span (lower, upper)
+# then bounds them to the ids from the lower-th to before the upper-th (None: no bound), so
+# processes can each read their own run of the store. A NULL id sorts first and is in no range:
+# the first span reads those apart (no part row is ever of them: NULL is IN no list).
+_WANTED = "(SELECT value FROM json_each(:wanted))"
+_NTH_ID = "(SELECT id FROM message WHERE id IS NOT NULL ORDER BY id LIMIT 1 OFFSET :{})"
+Span = tuple[int | None, int | None] | None
+
+
+def _queries(span: Span) -> tuple[str, ...]:
+    """The SQL of the message rows (those with a NULL id first, when the span reads them apart)
+    and of the part rows of `span`'s wanted sessions."""
+    parts = "SELECT message_id, data FROM part WHERE message_id IN (SELECT id FROM message WHERE {}) ORDER BY message_id, id"
+    if span is None:
+        where = f"session_id IN {_WANTED}"
+        return (f"SELECT session_id, id, data FROM message WHERE {where} ORDER BY id", parts.format(where))
+    lower, upper = span
+    bounds = f"id >= {_NTH_ID.format('lower')} AND " if lower is not None else ""
+    bounds += f"id < {_NTH_ID.format('upper')} AND " if upper is not None else ""
+    messages = f"SELECT session_id, id, data FROM message WHERE {bounds}+session_id IN {_WANTED} ORDER BY id"
+    if lower is None and upper is not None:
+        nulls = f"SELECT session_id, id, data FROM message WHERE id IS NULL AND +session_id IN {_WANTED}"
+        return (nulls, messages, parts.format(f"{bounds}+session_id IN {_WANTED}"))
+    return (messages, parts.format(f"{bounds}+session_id IN {_WANTED}"))
+
+
 _NOT_SENT_AS_FILES = ("text/plain", "application/x-directory")
 _NO_MESSAGE = object()  # the id of the message before the first part row: equal to none
 
@@ -101,22 +127,26 @@ def _message(data: Any, tally: Tally) -> int:
     return _ABORTED if isinstance(error, dict) and error.get("name") == "MessageAbortedError" else _ERRORED
 
 
-def session_counts(connection: sqlite3.Connection, wanted: str) -> dict[Any, Tally]:
+def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = None) -> dict[Any, Tally]:
     """The tally (ROWS, SYSTEM, NARROW, MADE) of each session of `wanted` (a JSON list of ids)
-    that has message rows: `made` adds the system message when MADE is not 0 and SYSTEM is set.
+    that has message rows in `span` (see _queries): `made` adds the system message when MADE is
+    not 0 and SYSTEM is set. Tallies of one session from disjoint spans add up (SYSTEM: or).
 
     One loop over the part rows, its state in local variables: the parts of one message are
     counted as they come (a step's tally is closed at the next step-start or at the message's
     end), and the message rows are read up to each part group's message."""
     sessions: dict[Any, Tally] = {}
-    messages = connection.execute(_MESSAGES, (wanted,))
+    *message_queries, part_query = _queries(span)
+    lower, upper = span if span is not None else (None, None)
+    parameters = {"wanted": wanted, "lower": lower, "upper": upper}
+    messages = chain.from_iterable(connection.execute(query, parameters) for query in message_queries)
     loads, decode_error, sent_as_text = orjson.loads, orjson.JSONDecodeError, _NOT_SENT_AS_FILES
     group: Any = _NO_MESSAGE
     tally: Tally | None = None  # the session of the message being counted; None: its parts add nothing
     how = _SKIP
     narrow = made = calls = texts = 0
     speaks = other = False
-    for message_id, data in connection.execute(_PARTS, (wanted,)):
+    for message_id, data in connection.execute(part_query, parameters):
         if group is _NO_MESSAGE or message_id != group:
             if tally is not None:
                 made += (speaks or texts >= 2 or calls > 0) + calls
