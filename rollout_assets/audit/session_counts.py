@@ -30,6 +30,7 @@ reasoning text or a tool call with a call id.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
@@ -41,7 +42,8 @@ import orjson
 # Two plans give the same rows. When the wanted sessions are a small share of the store, their
 # messages are found by the session index and sorted (`None` for a span). When they are most of
 # it, the messages are read in the order of the id index, no sort, the `+` keeping the planner
-# off the session index (it keeps the column's collation and equality); a span (lower, upper)
+# off the session index (it drops only the column's affinity, which the text of the JSON list
+# does not need, and keeps its collation); a span (lower, upper)
 # then bounds them to the ids from the lower-th to before the upper-th (None: no bound), so
 # processes can each read their own run of the store. A NULL id sorts first and is in no range:
 # the first span reads those apart (no part row is ever of them: NULL is IN no list).
@@ -68,7 +70,7 @@ def _queries(span: Span) -> tuple[str, ...]:
 
 
 _NOT_SENT_AS_FILES = ("text/plain", "application/x-directory")
-_NO_MESSAGE = object()  # the id of the message before the first part row: equal to none
+_NO_MESSAGE = object()  # a message id equal to none
 
 # A session's tally, a list for speed: its message rows, whether an assistant message records a
 # non-empty system prompt, its part rows that make a message by the narrow rule, and the chat
@@ -127,47 +129,45 @@ def _message(data: Any, tally: Tally) -> int:
     return _ABORTED if isinstance(error, dict) and error.get("name") == "MessageAbortedError" else _ERRORED
 
 
-def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = None) -> dict[Any, Tally]:
-    """The tally (ROWS, SYSTEM, NARROW, MADE) of each session of `wanted` (a JSON list of ids)
-    that has message rows in `span` (see _queries): `made` adds the system message when MADE is
-    not 0 and SYSTEM is set. Tallies of one session from disjoint spans add up (SYSTEM: or).
-
-    One loop over the part rows, its state in local variables: the parts of one message are
-    counted as they come (a step's tally is closed at the next step-start or at the message's
-    end), and the message rows are read up to each part group's message."""
-    sessions: dict[Any, Tally] = {}
-    *message_queries, part_query = _queries(span)
-    lower, upper = span if span is not None else (None, None)
-    parameters = {"wanted": wanted, "lower": lower, "upper": upper}
-    messages = chain.from_iterable(connection.execute(query, parameters) for query in message_queries)
-    loads, decode_error, sent_as_text = orjson.loads, orjson.JSONDecodeError, _NOT_SENT_AS_FILES
-    group: Any = _NO_MESSAGE
-    tally: Tally | None = None  # the session of the message being counted; None: its parts add nothing
-    how = _SKIP
-    narrow = made = calls = texts = 0
-    speaks = other = False
-    for message_id, data in connection.execute(part_query, parameters):
-        if group is _NO_MESSAGE or message_id != group:
-            if tally is not None:
-                made += (speaks or texts >= 2 or calls > 0) + calls
-                tally[NARROW] += narrow
-                if how == _USER or how == _ASSISTANT or (how == _ABORTED and other):
-                    tally[MADE] += made
-            group, tally = message_id, None
-            for session_id, candidate_id, message_data in messages:  # messages without parts are passed over
-                counts = sessions.get(session_id)
-                if counts is None:
-                    counts = sessions[session_id] = [0, False, 0, 0]
-                counts[ROWS] += 1
-                if candidate_id == message_id:
-                    how = _message(message_data, counts)
-                    tally = None if how == _SKIP else counts
-                    break
-                _message(message_data, counts)
-            narrow = made = calls = texts = 0
-            speaks = other = False
+def _read_to(
+    messages: Iterator[Any], sessions: dict[Any, Tally], message_id: Any
+) -> tuple[Tally | None, int]:
+    """Tallies the message rows up to the one of `message_id` (messages without parts are passed
+    over); (the tally of its session, how its parts are counted), (None, _SKIP) when the rows
+    end first or its parts are not counted."""
+    for session_id, candidate_id, data in messages:
+        tally = sessions.get(session_id)
         if tally is None:
-            continue
+            tally = sessions[session_id] = [0, False, 0, 0]
+        tally[ROWS] += 1
+        how = _message(data, tally)
+        if candidate_id == message_id:
+            return (None if how == _SKIP else tally), how
+    return None, _SKIP
+
+
+# Each of the three walks the part rows of one message, from its first, `first`, and returns
+# the first row of the next message (None: there is none); a loop each, its state in local
+# variables, since it runs for every part row of the round.
+
+
+def _passed_over(rows: Iterator[Any], first: Any) -> Any:
+    group = first[0]
+    for row in rows:
+        if row[0] != group:
+            return row
+    return None
+
+
+def _user_parts(rows: Iterator[Any], first: Any, tally: Tally) -> Any:
+    loads, decode_error, sent_as_text = orjson.loads, orjson.JSONDecodeError, _NOT_SENT_AS_FILES
+    group, following = first[0], None
+    made = narrow = 0
+    for row in chain((first,), rows):
+        message_id, data = row
+        if message_id != group:
+            following = row
+            break
         try:
             part = loads(data)
         except (decode_error, TypeError):
@@ -175,22 +175,43 @@ def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = Non
         if type(part) is not dict:
             continue
         kind = part.get("type")
-        if how == _USER:
-            if kind == "text":
-                text = part.get("text")
-                if type(text) is str and part.get("ignored") is not True:
-                    made = 1
-                    if text:
-                        narrow += 1
-            elif kind == "file":
-                mime = part.get("mime")
-                if mime is None or mime not in sent_as_text:
-                    made = 1
-            elif kind == "compaction" or kind == "subtask":
+        if kind == "text":
+            text = part.get("text")
+            if type(text) is str and part.get("ignored") is not True:
                 made = 1
+                if text:
+                    narrow += 1
+        elif kind == "file":
+            mime = part.get("mime")
+            if mime is None or mime not in sent_as_text:
+                made = 1
+        elif kind == "compaction" or kind == "subtask":
+            made = 1
+    tally[NARROW] += narrow
+    tally[MADE] += made
+    return following
+
+
+def _assistant_parts(rows: Iterator[Any], first: Any, tally: Tally, how: int) -> Any:
+    """Steps start at each step-start part; a step that speaks is one message, and each tool
+    call with a call id one more (its tool result). A step is closed at the next step-start or
+    at the message's end."""
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    group, following = first[0], None
+    made = narrow = calls = texts = 0
+    speaks = other = False
+    for row in chain((first,), rows):
+        message_id, data = row
+        if message_id != group:
+            following = row
+            break
+        try:
+            part = loads(data)
+        except (decode_error, TypeError):
             continue
-        # An assistant's: steps start at each step-start part; a step that speaks is one
-        # message, and each tool call with a call id one more (its tool result).
+        if type(part) is not dict:
+            continue
+        kind = part.get("type")
         if kind == "step-start":
             made += (speaks or texts >= 2 or calls > 0) + calls
             speaks, texts, calls = False, 0, 0
@@ -213,15 +234,34 @@ def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = Non
         elif kind == "tool" and type(part.get("callID")) is str:
             calls += 1
             narrow += 1
-    if tally is not None:
-        made += (speaks or texts >= 2 or calls > 0) + calls
-        tally[NARROW] += narrow
-        if how == _USER or how == _ASSISTANT or (how == _ABORTED and other):
-            tally[MADE] += made
-    for session_id, _, message_data in messages:  # the rows of messages after the last one with parts
-        counts = sessions.get(session_id)
-        if counts is None:
-            counts = sessions[session_id] = [0, False, 0, 0]
-        counts[ROWS] += 1
-        _message(message_data, counts)
+    made += (speaks or texts >= 2 or calls > 0) + calls
+    tally[NARROW] += narrow
+    if how == _ASSISTANT or (how == _ABORTED and other):
+        tally[MADE] += made
+    return following
+
+
+def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = None) -> dict[Any, Tally]:
+    """The tally (ROWS, SYSTEM, NARROW, MADE) of each session of `wanted` (a JSON list of ids)
+    that has message rows in `span` (see _queries): `made` adds the system message when MADE is
+    not 0 and SYSTEM is set. Tallies of one session from disjoint spans add up (SYSTEM: or).
+
+    The part rows are walked message by message, the parts of one counted as they come, and
+    the message rows read up to each one's message."""
+    sessions: dict[Any, Tally] = {}
+    *message_queries, part_query = _queries(span)
+    lower, upper = span if span is not None else (None, None)
+    parameters = {"wanted": wanted, "lower": lower, "upper": upper}
+    messages = chain.from_iterable(connection.execute(query, parameters) for query in message_queries)
+    rows = connection.execute(part_query, parameters)
+    row = next(rows, None)
+    while row is not None:
+        tally, how = _read_to(messages, sessions, row[0])
+        if tally is None:
+            row = _passed_over(rows, row)
+        elif how == _USER:
+            row = _user_parts(rows, row, tally)
+        else:
+            row = _assistant_parts(rows, row, tally, how)
+    _read_to(messages, sessions, _NO_MESSAGE)  # the rows of messages after the last one with parts
     return sessions

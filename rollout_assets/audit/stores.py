@@ -286,7 +286,10 @@ def _spans(copy_path: Any, wanted: list[str], workers: int) -> list[tuple[str, S
         (stored,) = connection.execute("SELECT count(*) FROM session").fetchone()
         if len(wanted) * 2 < stored:
             size = -(-len(wanted) // workers)
-            return [(json.dumps(wanted[start : start + size], ensure_ascii=False), None) for start in range(0, len(wanted), size)]
+            return [
+                (json.dumps(wanted[start : start + size], ensure_ascii=False), None)
+                for start in range(0, len(wanted), size)
+            ]
         (ids,) = connection.execute("SELECT count(id) FROM message").fetchone()
     finally:
         connection.close()
@@ -318,7 +321,9 @@ def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
         return _counted(copy_path, *work[0])
     gc.freeze()  # forked workers share the parent's pages instead of copying them as the collector walks
     try:
-        with ProcessPoolExecutor(max_workers=len(work) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(
+            max_workers=len(work) - 1, mp_context=multiprocessing.get_context("fork")
+        ) as pool:
             later = [pool.submit(_counted, copy_path, *part) for part in work[1:]]
             tallies = _counted(copy_path, *work[0])
             for future in later:
@@ -330,8 +335,8 @@ def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
 
 def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
     """For each of `session_ids` that has message rows: (its message rows, its part rows that make
-    a message by the narrow rule, the chat messages its rows make); by one grouped query on the
-    copy `read_store` read (session_counts.py), whatever the number of sessions. A string
+    a message by the narrow rule, the chat messages its rows make); by one grouped reading of
+    the copy `read_store` read (session_counts.py), whatever the number of sessions. A string
     saying why when the copy cannot be read."""
     # A lone surrogate has no UTF-8 form: no stored id equals it.
     wanted = []
