@@ -1,6 +1,7 @@
 """The audit's own count of the chat messages a session's rows make: one pass over the message
-rows and one over the part rows of any set of sessions (`session_counts`, run by
-stores.session_rows), each row's JSON parsed once.
+rows and one over the part rows of any set of sessions, or of a run of message ids
+(`session_counts`, run by stores.session_rows, a run per process), each row's JSON parsed
+once, the tallies kept per session only.
 
 Counted by opencode's rules for what it hands the model (docs/input-formats.md §4), written
 out here as row predicates, not taken from the reader:
