@@ -23,7 +23,7 @@ is held against what it says is (not) there:
                                                 (session_counts.py)
 
 A claim about an invocation the inputs do not name is judged as the line states it. The
-sessions said to be empty and those of the joined worker lines are counted in one query.
+sessions said to be empty and those of the joined worker lines are counted in one grouped count.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class _Claims:
 
     def count_claimed_sessions(self, claims: list[tuple[SeenLine, str]]) -> None:
         """The rows of every session a line says is empty, and the messages the rows of every
-        joined worker line's session make, in one query."""
+        joined worker line's session make, in one grouped count."""
         claimed = {
             self.worker(seen)[1] for seen, kind in claims if kind in ("opencode_session_empty", JOINED_WORKER)
         }
@@ -222,7 +222,7 @@ def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> Audi
     qualifies for its shot, and every joined worker line holds as many messages as its
     session's rows make; a failure names the line (file:line and rollout_id), the session or
     transcript, and what the inputs hold instead. Reads beyond the shared recounts only what
-    the claims name: the rows of the sessions said to be empty or joined (one query), the
+    the claims name: the rows of the sessions said to be empty or joined (one grouped count), the
     receipts and transcript files of the proposer lines."""
     if inputs.expected is None or inputs.claude_projects is None:
         raise ValueError("the inputs were recounted without the opencode store or the Claude projects folder")

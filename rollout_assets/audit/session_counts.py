@@ -1,6 +1,7 @@
 """The audit's own count of the chat messages a session's rows make: one pass over the message
-rows and one over the part rows of any set of sessions (`session_counts`, run by
-stores.session_rows), each row's JSON parsed once.
+rows and one over the part rows of any set of sessions, or of a run of message ids
+(`session_counts`, run by stores.session_rows, a run per process), each row's JSON parsed
+once, the tallies kept per session only.
 
 Counted by opencode's rules for what it hands the model (docs/input-formats.md §4), written
 out here as row predicates, not taken from the reader:
@@ -31,36 +32,52 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
-from itertools import groupby
+from itertools import chain
 from typing import Any
 
 import orjson
 
 # Row order: messages by id, parts by their message's id and then their own, so the two streams
 # are walked side by side and no message of the round is held beyond the one being counted.
-_MESSAGES = "SELECT session_id, id, data FROM message WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY id"
-_PARTS = (
-    "SELECT message_id, id, data FROM part WHERE message_id IN "
-    "(SELECT id FROM message WHERE session_id IN (SELECT value FROM json_each(?))) ORDER BY message_id, id"
-)
+#
+# Two plans give the same rows. When the wanted sessions are a small share of the store, their
+# messages are found by the session index and sorted (`None` for a span). When they are most of
+# it, the messages are read in the order of the id index, no sort, the `+` keeping the planner
+# off the session index (it drops only the column's affinity, which the text of the JSON list
+# does not need, and keeps its collation); a span (lower, upper)
+# then bounds them to the ids from the lower-th to before the upper-th (None: no bound), so
+# processes can each read their own run of the store. A NULL id sorts first and is in no range:
+# the first span reads those apart (no part row is ever of them: NULL is IN no list).
+_WANTED = "(SELECT value FROM json_each(:wanted))"
+_NTH_ID = "(SELECT id FROM message WHERE id IS NOT NULL ORDER BY id LIMIT 1 OFFSET :{})"
+Span = tuple[int | None, int | None] | None
+
+
+def _queries(span: Span) -> tuple[str, ...]:
+    """The SQL of the message rows (those with a NULL id first, when the span reads them apart)
+    and of the part rows of `span`'s wanted sessions."""
+    parts = "SELECT message_id, data FROM part WHERE message_id IN (SELECT id FROM message WHERE {}) ORDER BY message_id, id"
+    if span is None:
+        where = f"session_id IN {_WANTED}"
+        return (f"SELECT session_id, id, data FROM message WHERE {where} ORDER BY id", parts.format(where))
+    lower, upper = span
+    bounds = f"id >= {_NTH_ID.format('lower')} AND " if lower is not None else ""
+    bounds += f"id < {_NTH_ID.format('upper')} AND " if upper is not None else ""
+    messages = f"SELECT session_id, id, data FROM message WHERE {bounds}+session_id IN {_WANTED} ORDER BY id"
+    if lower is None and upper is not None:
+        nulls = f"SELECT session_id, id, data FROM message WHERE id IS NULL AND +session_id IN {_WANTED}"
+        return (nulls, messages, parts.format(f"{bounds}+session_id IN {_WANTED}"))
+    return (messages, parts.format(f"{bounds}+session_id IN {_WANTED}"))
+
+
 _NOT_SENT_AS_FILES = ("text/plain", "application/x-directory")
+_NO_MESSAGE = object()  # a message id equal to none
 
-
-@dataclass
-class _Session:
-    rows: int = 0  # message rows
-    system: bool = False  # an assistant message records a non-empty system prompt
-    narrow: int = 0  # part rows that make a message by the narrow rule
-    made: int = 0  # chat messages the rows make
-
-
-@dataclass(frozen=True)
-class _Message:
-    session_id: Any
-    role: str
-    error_set: bool
-    aborted: bool
+# A session's tally, a list for speed: its message rows, whether an assistant message records a
+# non-empty system prompt, its part rows that make a message by the narrow rule, and the chat
+# messages its rows make before the system message.
+ROWS, SYSTEM, NARROW, MADE = range(4)
+Tally = list[Any]
 
 
 def _object(data: Any) -> dict[str, Any] | None:
@@ -89,98 +106,163 @@ def _system(system: Any) -> bool:
     return False
 
 
-def _chat_message(session_id: Any, data: Any) -> _Message | None:
+# How a message's parts are counted: not at all (no chat message), as a user's, as a sent
+# assistant's, or as an errored assistant's (counted only when aborted with a part other than
+# step-start and reasoning).
+_SKIP, _USER, _ASSISTANT, _ERRORED, _ABORTED = range(5)
+
+
+def _message(data: Any, tally: Tally) -> int:
+    """How the parts of the message row `data` are counted; notes a system prompt on `tally`."""
     message = _object(data)
-    if message is None or message.get("role") not in ("user", "assistant"):
-        return None
-    error = message.get("error")
-    aborted = isinstance(error, dict) and error.get("name") == "MessageAbortedError"
-    return _Message(session_id, message["role"], message["role"] == "assistant" and _error_set(error), aborted)
-
-
-def _non_empty_text(part: dict[str, Any]) -> bool:
-    return isinstance(part.get("text"), str) and part["text"] != ""
-
-
-def _narrow(role: str, part: dict[str, Any]) -> bool:
-    kind = part.get("type")
-    if kind == "text" and _non_empty_text(part) and part.get("ignored") is not True:
-        return True
+    if message is None:
+        return _SKIP
+    role = message.get("role")
+    if role == "user":
+        return _USER
     if role != "assistant":
-        return False
-    return (kind == "reasoning" and _non_empty_text(part)) or (kind == "tool" and isinstance(part.get("callID"), str))
+        return _SKIP
+    if not tally[SYSTEM] and _system(message.get("system")):
+        tally[SYSTEM] = True
+    error = message.get("error")
+    if not _error_set(error):
+        return _ASSISTANT
+    return _ABORTED if isinstance(error, dict) and error.get("name") == "MessageAbortedError" else _ERRORED
 
 
-def _user_made(parts: list[dict[str, Any]]) -> int:
-    for part in parts:
+def _read_to(
+    messages: Iterator[Any], sessions: dict[Any, Tally], message_id: Any
+) -> tuple[Tally | None, int]:
+    """Tallies the message rows up to the one of `message_id` (messages without parts are passed
+    over); (the tally of its session, how its parts are counted), (None, _SKIP) when the rows
+    end first or its parts are not counted."""
+    for session_id, candidate_id, data in messages:
+        tally = sessions.get(session_id)
+        if tally is None:
+            tally = sessions[session_id] = [0, False, 0, 0]
+        tally[ROWS] += 1
+        how = _message(data, tally)
+        if candidate_id == message_id:
+            return (None if how == _SKIP else tally), how
+    return None, _SKIP
+
+
+# Each of the three walks the part rows of one message, from its first, `first`, and returns
+# the first row of the next message (None: there is none); a loop each, its state in local
+# variables, since it runs for every part row of the round.
+
+
+def _passed_over(rows: Iterator[Any], first: Any) -> Any:
+    group = first[0]
+    for row in rows:
+        if row[0] != group:
+            return row
+    return None
+
+
+def _user_parts(rows: Iterator[Any], first: Any, tally: Tally) -> Any:
+    loads, decode_error, sent_as_text = orjson.loads, orjson.JSONDecodeError, _NOT_SENT_AS_FILES
+    group, following = first[0], None
+    made = narrow = 0
+    for row in chain((first,), rows):
+        message_id, data = row
+        if message_id != group:
+            following = row
+            break
+        try:
+            part = loads(data)
+        except (decode_error, TypeError):
+            continue
+        if type(part) is not dict:
+            continue
         kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str) and part.get("ignored") is not True:
-            return 1
-        if kind == "file" and (part.get("mime") is None or part.get("mime") not in _NOT_SENT_AS_FILES):
-            return 1
-        if kind in ("compaction", "subtask"):
-            return 1
-    return 0
+        if kind == "text":
+            text = part.get("text")
+            if type(text) is str and part.get("ignored") is not True:
+                made = 1
+                if text:
+                    narrow += 1
+        elif kind == "file":
+            mime = part.get("mime")
+            if mime is None or mime not in sent_as_text:
+                made = 1
+        elif kind == "compaction" or kind == "subtask":
+            made = 1
+    tally[NARROW] += narrow
+    tally[MADE] += made
+    return following
 
 
-def _assistant_made(parts: list[dict[str, Any]]) -> int:
+def _assistant_parts(rows: Iterator[Any], first: Any, tally: Tally, how: int) -> Any:
     """Steps start at each step-start part; a step that speaks is one message, and each tool
-    call with a call id one more (its tool result)."""
-    made, steps = 0, [[]]
-    for part in parts:
-        if part.get("type") == "step-start":
-            steps.append([])
-        steps[-1].append(part)
-    for step in steps:
-        if not step:
+    call with a call id one more (its tool result). A step is closed at the next step-start or
+    at the message's end."""
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    group, following = first[0], None
+    made = narrow = calls = texts = 0
+    speaks = other = False
+    for row in chain((first,), rows):
+        message_id, data = row
+        if message_id != group:
+            following = row
+            break
+        try:
+            part = loads(data)
+        except (decode_error, TypeError):
             continue
-        texts = [part for part in step if part.get("type") == "text" and isinstance(part.get("text"), str)]
-        speaks = any(part["text"] != "" for part in texts) or len(texts) >= 2 or any(
-            part.get("type") == "reasoning" and _non_empty_text(part) for part in step
-        )
-        calls = sum(part.get("type") == "tool" and isinstance(part.get("callID"), str) for part in step)
-        made += (speaks or calls > 0) + calls
-    return made
-
-
-def _messages(connection: sqlite3.Connection, wanted: str, sessions: dict[Any, _Session]) -> Iterator[tuple[Any, _Message | None]]:
-    for session_id, message_id, data in connection.execute(_MESSAGES, (wanted,)):
-        counts = sessions.setdefault(session_id, _Session())
-        counts.rows += 1
-        message = _chat_message(session_id, data)
-        if message is not None and message.role == "assistant":
-            counts.system = counts.system or _system((_object(data) or {}).get("system"))
-        yield message_id, message
-
-
-def session_counts(connection: sqlite3.Connection, wanted: str) -> list[tuple[Any, int, int, int]]:
-    """(session id, its message rows, its narrow part rows, the chat messages its rows make)
-    for each session of `wanted` (a JSON list of ids) that has message rows."""
-    sessions: dict[Any, _Session] = {}
-    messages = _messages(connection, wanted, sessions)
-    parts = groupby(connection.execute(_PARTS, (wanted,)), key=lambda row: row[0])
-    for message_id, rows in parts:
-        message = None
-        for candidate_id, candidate in messages:  # messages without parts are passed over
-            if candidate_id == message_id:
-                message = candidate
-                break
-        if message is None:
+        if type(part) is not dict:
             continue
-        objects = [part for part in (_object(data) for _, _, data in rows) if part is not None]
-        if not objects:
+        kind = part.get("type")
+        if kind == "step-start":
+            made += (speaks or texts >= 2 or calls > 0) + calls
+            speaks, texts, calls = False, 0, 0
             continue
-        counts = sessions[message.session_id]
-        counts.narrow += sum(_narrow(message.role, part) for part in objects)
-        if message.role == "user":
-            counts.made += _user_made(objects)
-        elif not message.error_set or (
-            message.aborted and any(part.get("type") not in ("step-start", "reasoning") for part in objects)
-        ):
-            counts.made += _assistant_made(objects)
-    for _ in messages:  # the rows of messages after the last one with parts
-        pass
-    return [
-        (session_id, counts.rows, counts.narrow, counts.made + (counts.made > 0 and counts.system))
-        for session_id, counts in sessions.items()
-    ]
+        if kind == "reasoning":
+            text = part.get("text")
+            if type(text) is str and text:
+                speaks = True
+                narrow += 1
+            continue
+        other = True
+        if kind == "text":
+            text = part.get("text")
+            if type(text) is str:
+                texts += 1
+                if text:
+                    speaks = True
+                    if part.get("ignored") is not True:
+                        narrow += 1
+        elif kind == "tool" and type(part.get("callID")) is str:
+            calls += 1
+            narrow += 1
+    made += (speaks or texts >= 2 or calls > 0) + calls
+    tally[NARROW] += narrow
+    if how == _ASSISTANT or (how == _ABORTED and other):
+        tally[MADE] += made
+    return following
+
+
+def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = None) -> dict[Any, Tally]:
+    """The tally (ROWS, SYSTEM, NARROW, MADE) of each session of `wanted` (a JSON list of ids)
+    that has message rows in `span` (see _queries): `made` adds the system message when MADE is
+    not 0 and SYSTEM is set. Tallies of one session from disjoint spans add up (SYSTEM: or).
+
+    The part rows are walked message by message, the parts of one counted as they come, and
+    the message rows read up to each one's message."""
+    sessions: dict[Any, Tally] = {}
+    *message_queries, part_query = _queries(span)
+    lower, upper = span if span is not None else (None, None)
+    parameters = {"wanted": wanted, "lower": lower, "upper": upper}
+    messages = chain.from_iterable(connection.execute(query, parameters) for query in message_queries)
+    rows = connection.execute(part_query, parameters)
+    row = next(rows, None)
+    while row is not None:
+        tally, how = _read_to(messages, sessions, row[0])
+        if tally is None:
+            row = _passed_over(rows, row)
+        elif how == _USER:
+            row = _user_parts(rows, row, tally)
+        else:
+            row = _assistant_parts(rows, row, tally, how)
+    _read_to(messages, sessions, _NO_MESSAGE)  # the rows of messages after the last one with parts
+    return sessions

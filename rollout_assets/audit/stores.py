@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rollout_assets.audit.session_counts import session_counts
+from rollout_assets.audit.session_counts import MADE, NARROW, ROWS, SYSTEM, Span, Tally, session_counts
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -264,11 +264,11 @@ def _connect_copy(path: Any) -> sqlite3.Connection:
     return connection
 
 
-def _counted(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int]]:
-    """session_counts over `wanted`, on a connection of its own (in a forked worker too)."""
+def _counted(copy_path: Any, wanted: str, span: Span) -> dict[Any, Tally]:
+    """session_counts over `wanted` in `span`, on a connection of its own (in a forked worker too)."""
     connection = _connect_copy(copy_path)
     try:
-        return session_counts(connection, json.dumps(wanted, ensure_ascii=False))
+        return session_counts(connection, wanted, span)
     finally:
         connection.close()
 
@@ -277,29 +277,66 @@ def _counted(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int
 _PARALLEL_MIN_SESSIONS = 2_000
 
 
-def _count_sessions(copy_path: Any, wanted: list[str]) -> list[tuple[Any, int, int, int]]:
-    """The counts of `wanted`, their JSON parsing spread over the cores: each process takes every
-    n-th session (sessions are counted apart, so the parts give the same rows as one pass)."""
+def _spans(copy_path: Any, wanted: list[str], workers: int) -> list[tuple[str, Span]]:
+    """The work of each process, (its wanted sessions, its span): runs of consecutive sessions
+    found by the session index when they are a small share of the store; otherwise all of them,
+    each process reading its own run of message ids (session_counts.py, the two plans)."""
+    connection = _connect_copy(copy_path)
+    try:
+        (stored,) = connection.execute("SELECT count(*) FROM session").fetchone()
+        if len(wanted) * 2 < stored:
+            size = -(-len(wanted) // workers)
+            return [
+                (json.dumps(wanted[start : start + size], ensure_ascii=False), None)
+                for start in range(0, len(wanted), size)
+            ]
+        (ids,) = connection.execute("SELECT count(id) FROM message").fetchone()
+    finally:
+        connection.close()
+    bounds = [None, *(ids * n // workers for n in range(1, workers)), None]
+    every = json.dumps(wanted, ensure_ascii=False)
+    return [(every, (lower, upper)) for lower, upper in zip(bounds, bounds[1:])]
+
+
+def _add(into: dict[Any, Tally], tallies: dict[Any, Tally]) -> None:
+    for session_id, tally in tallies.items():
+        known = into.get(session_id)
+        if known is None:
+            into[session_id] = tally
+        else:
+            known[ROWS] += tally[ROWS]
+            known[SYSTEM] = known[SYSTEM] or tally[SYSTEM]
+            known[NARROW] += tally[NARROW]
+            known[MADE] += tally[MADE]
+
+
+def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
+    """The tallies of `wanted` (sorted), their reading and JSON parsing spread over the cores
+    (the parts give the same tallies as one pass: sessions, and messages, are counted apart)."""
     workers = len(os.sched_getaffinity(0))
     if workers <= 1 or len(wanted) < _PARALLEL_MIN_SESSIONS:
-        return _counted(copy_path, wanted)
-    chunks = [wanted[index::workers] for index in range(workers)]
+        workers = 1
+    work = _spans(copy_path, wanted, workers)
+    if len(work) == 1:
+        return _counted(copy_path, *work[0])
     gc.freeze()  # forked workers share the parent's pages instead of copying them as the collector walks
     try:
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
-            later = [pool.submit(_counted, copy_path, chunk) for chunk in chunks[1:]]
-            rows = _counted(copy_path, chunks[0])
+        with ProcessPoolExecutor(
+            max_workers=len(work) - 1, mp_context=multiprocessing.get_context("fork")
+        ) as pool:
+            later = [pool.submit(_counted, copy_path, *part) for part in work[1:]]
+            tallies = _counted(copy_path, *work[0])
             for future in later:
-                rows += future.result()
+                _add(tallies, future.result())
     finally:
         gc.unfreeze()
-    return rows
+    return tallies
 
 
 def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
     """For each of `session_ids` that has message rows: (its message rows, its part rows that make
-    a message by the narrow rule, the chat messages its rows make); by one grouped query on the
-    copy `read_store` read (session_counts.py), whatever the number of sessions. A string
+    a message by the narrow rule, the chat messages its rows make); by one grouped reading of
+    the copy `read_store` read (session_counts.py), whatever the number of sessions. A string
     saying why when the copy cannot be read."""
     # A lone surrogate has no UTF-8 form: no stored id equals it.
     wanted = []
@@ -314,11 +351,15 @@ def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tupl
     if reading.copy is None:
         return reading.why or "the audit kept no copy of the store"
     try:
-        rows = _count_sessions(reading.copy.path, wanted)
+        tallies = _count_sessions(reading.copy.path, wanted)
     except sqlite3.Error as error:
         return str(error)
     return {
-        session_id.decode("utf-8", "replace"): (messages, parts, made)
-        for session_id, messages, parts, made in rows
+        session_id.decode("utf-8", "replace"): (
+            tally[ROWS],
+            tally[NARROW],
+            tally[MADE] + (tally[MADE] > 0 and tally[SYSTEM]),
+        )
+        for session_id, tally in tallies.items()
         if isinstance(session_id, bytes)
     }
