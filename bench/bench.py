@@ -11,6 +11,8 @@ in its own process so peak memory is that process's own:
 - the parse floor (bench/parse_floor.py): every input byte the backfill needs, parsed once
   with `json`, nothing written;
 - the library backfill (`rollout-assets backfill`): wall time, CPU time, peak RSS;
+- the ledger's parse floor (bench/parse_floor.py --ledger): the backfill's ledger parsed once;
+  with the parse floor, the least any check that proves each line from the inputs must read;
 - the Dagster materialization of the round, every asset and check of the partition
   (`dagster asset materialize --select group:rounds --partition ROUND` on a fresh SQLite
   DAGSTER_HOME with the partition added): wall time, peak memory, and each step's time;
@@ -212,6 +214,9 @@ def prepare_scale(workdir: Path, scale: int, args: argparse.Namespace) -> Prepar
         "backfill": ([str(BIN / "rollout-assets"), "backfill", str(out_dir), str(root / "cli-ledger.jsonl"),
                       "--opencode-db", str(layout.opencode_db), "--claude-projects", str(layout.claude_projects_dir),
                       "--progress", "never"], None),
+        # The ledger's lines parsed once: with the floor, what checks that prove each line from
+        # the inputs must read at least (they read every input and the ledger).
+        "ledger_floor": ([str(BIN / "python"), "bench/parse_floor.py", "--ledger", str(root / "cli-ledger.jsonl")], None),
         # The training data of the backfill's ledger, and then its checks (docs/training.md).
         "training": ([str(BIN / "python"), "bench/training_step.py", "export", str(root / "cli-ledger.jsonl"),
                       str(root / "training")], None),
@@ -275,6 +280,7 @@ def summarize(prepared: Prepared, runs: Runs, memory: dict[str, Measured], args:
         "generate_s": prepared.generated_s,
         "floor_s": floor.wall_s,
         "floor_rss_mib": memory["floor"].peak_rss_mib,
+        "ledger_floor_s": chosen["ledger_floor"][0].wall_s,
         "backfill_s": backfill.wall_s,
         "backfill_cpu_s": backfill.cpu_s,
         "backfill_rss_mib": memory["backfill"].peak_rss_mib,
@@ -467,6 +473,14 @@ def dagster_cost_model(results: list[dict]) -> list[str]:
     # start-up and the checks on top: no layout of the stages goes below this.
     lines.append("| least Dagster / backfill with these checks: 1 + start-up + checks | " + " | ".join(
         f"{1 + (part['start_up'] + part['checks']) / backfill:.2f}" for part, backfill in split) + " |")
+    # Checks that prove every line from the inputs by their own path must at least read every
+    # input and the ledger once: the two parse floors, on every core at best.
+    cores = len(os.sched_getaffinity(0))
+    read = [(r["floor_s"] + r["ledger_floor_s"]) / cores for r in results]
+    lines.append(f"| the checks' read floor: (parse floor + ledger parse) / {cores} cores | " + " | ".join(
+        f"{seconds:.1f} ({seconds / r['backfill_s']:.2f})" for seconds, r in zip(read, results)) + " |")
+    lines.append("| least Dagster / backfill with checks that only read: 1 + start-up + read floor | " + " | ".join(
+        f"{1 + (part['start_up'] + seconds) / backfill:.2f}" for (part, backfill), seconds in zip(split, read)) + " |")
     return lines
 
 

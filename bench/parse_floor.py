@@ -2,11 +2,15 @@
 the standard `json` module, write nothing.
 
     python bench/parse_floor.py OUTDIR OPENCODE_DB CLAUDE_PROJECTS_DIR
+    python bench/parse_floor.py --ledger LEDGER      # the ledger's lines alone
 
 It is the cost any backfill must pay at least: the cell caches, every result.json and
 judge.json, the shot receipts, the cost ledger, the message and part rows of every session of
 the round's worker cwds, and every Claude transcript of the round's proposer worktrees. It
 prints the bytes and JSON documents it parsed, as JSON.
+
+With `--ledger` it parses every line of a ledger instead: with the inputs' floor, what any
+check that proves the ledger line by line from the inputs must read at least.
 """
 
 import json
@@ -88,5 +92,18 @@ def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
     print(json.dumps({"bytes": parsed_bytes, "documents": documents}))
 
 
+def ledger_floor(ledger: str) -> None:
+    parsed_bytes = documents = 0
+    with open(ledger, "rb") as handle:
+        for line in handle:
+            json.loads(line)
+            parsed_bytes += len(line)
+            documents += 1
+    print(json.dumps({"bytes": parsed_bytes, "documents": documents}))
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    if sys.argv[1] == "--ledger":
+        ledger_floor(sys.argv[2])
+    else:
+        main(*sys.argv[1:4])
