@@ -14,6 +14,7 @@ from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.sources.fingerprint import fingerprint_round
 from rollout_assets.sources.round import RoundManifest
 from rollout_assets.stages import RoundOutputs, write_manifest
+from rollout_assets.stages.memory import return_freed_memory
 
 
 def _input_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | None:
@@ -73,6 +74,7 @@ def _metadata(manifest: RoundManifest, outputs: RoundOutputs, out_dir: Path) -> 
 def round_manifest(context: AssetExecutionContext, locations: RoundLocations) -> MaterializeResult:
     """The manifest of one round: generations, candidates, commits, resolved counts and cost."""
     key = context.partition_key
+    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         out_dir = locations.round_dir(key)
         outputs = locations.writable_outputs(key)
