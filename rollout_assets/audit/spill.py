@@ -13,6 +13,7 @@ from __future__ import annotations
 import marshal
 import shutil
 import sqlite3
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +33,20 @@ CREATE TABLE IF NOT EXISTS rows (
 def plain(*fields: Any) -> tuple[Any, ...]:
     """A record as the plain tuple it was appended as."""
     return fields
+
+
+# Records between two clearings of the shared tuples: enough for the lines of many cells.
+_SHARED_WINDOW = 4_096
+
+
+def _shared(value: Any, tuples: dict[bytes, tuple[Any, ...]]) -> Any:
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, tuple):
+        value = tuple(_shared(item, tuples) for item in value)
+        # Keyed by their encoding: as dict keys, (1,), (1.0,) and (True,) would be one.
+        return tuples.setdefault(marshal.dumps(value), value)
+    return value
 
 
 def _close(connection: sqlite3.Connection, folder: str | None) -> None:
@@ -116,9 +131,15 @@ class SpilledRows:
         return self._count
 
     def __iter__(self) -> Iterator[Any]:
-        make = self.make
-        for (record,) in self._query("SELECT record FROM rows ORDER BY n"):
-            yield make(*marshal.loads(record))
+        """The records in order; their strings interned and equal tuples of nearby records
+        shared, so that records a reader keeps cost what they held in a list (the lines of one
+        cell share their coordinates, a worker's parent is its supervisor's id, the expected
+        lines and the ledger's name the same ids)."""
+        make, tuples = self.make, {}
+        for count, (record,) in enumerate(self._query("SELECT record FROM rows ORDER BY n"), 1):
+            yield make(*(_shared(value, tuples) for value in marshal.loads(record)))
+            if count % _SHARED_WINDOW == 0:
+                tuples.clear()
 
     def __getitem__(self, index: int) -> Any:
         if not 0 <= index < self._count:
