@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from rollout_assets.audit.cells import CellsRecount, recount_cells, resolved_fractions
 from rollout_assets.audit.folders import UnreadableRound
 from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
-from rollout_assets.audit.spill import SpilledRows
+from rollout_assets.audit.spill import SpilledMapping, SpilledRows
 from rollout_assets.audit.stores import StoreReading, read_store
 from rollout_assets.audit.subagents import assign_joins, subagent_conversations
 from rollout_assets.audit.strict_json import input_json
@@ -81,7 +81,7 @@ class InputsRecount:
     opencode_db: Path | None = None
     claude_projects: Path | None = None
     store: StoreReading = field(default_factory=lambda: StoreReading(False))
-    supervisor_cells: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    supervisor_cells: SpilledMapping = field(default_factory=SpilledMapping)  # on disk: one per cell
     shots: dict[str, ProposerWorktree] = field(default_factory=dict)
 
 

@@ -215,3 +215,42 @@ class SpilledRows:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["make"], state["path"])  # type: ignore[misc]
+
+
+class SpilledMapping:
+    """A mapping from string keys to records, on disk like `SpilledRows`; a key set twice
+    maps to its last record, as a dict's would."""
+
+    def __init__(self) -> None:
+        self.rows = SpilledRows()
+
+    def __setitem__(self, key: str, value: tuple[Any, ...]) -> None:
+        self.rows.append((key, value), key=key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.rows.last_with_key(key)
+        return default if found is None else found[1]
+
+    def __getitem__(self, key: str) -> Any:
+        found = self.rows.last_with_key(key)
+        if found is None:
+            raise KeyError(key)
+        return found[1]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.rows.last_with_key(key) is not None
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return iter(dict(iter(self.rows)).items())
+
+    def __len__(self) -> int:
+        return len(dict(self.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SpilledMapping):
+            return dict(self.items()) == dict(other.items())
+        if isinstance(other, dict):
+            return dict(self.items()) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
