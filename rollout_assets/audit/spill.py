@@ -74,6 +74,9 @@ class SpilledRows:
         # Written once by one process and read back: no journal to keep, nothing to sync.
         self._connection.execute("PRAGMA journal_mode=OFF")
         self._connection.execute("PRAGMA synchronous=OFF")
+        # Rows are written and read in order: a small page cache does (the default is 2 MB,
+        # and a recount holds several of these files in each of its processes).
+        self._connection.execute("PRAGMA cache_size=-256")
         self._connection.execute(_SCHEMA)
         self._pending: list[tuple[Any, ...]] = []
         self._count = self._connection.execute("SELECT count(*) FROM rows").fetchone()[0]
