@@ -13,7 +13,6 @@ from __future__ import annotations
 import marshal
 import shutil
 import sqlite3
-import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -35,17 +34,18 @@ def plain(*fields: Any) -> tuple[Any, ...]:
     return fields
 
 
-# Records between two clearings of the shared tuples: enough for the lines of many cells.
+# Records between two clearings of the shared values: enough for the lines of many cells.
 _SHARED_WINDOW = 4_096
 
 
-def _shared(value: Any, tuples: dict[bytes, tuple[Any, ...]]) -> Any:
+def _shared(value: Any, seen: dict[Any, Any]) -> Any:
+    """`value`, or an equal one of the same types met since the last clearing of `seen`."""
     if isinstance(value, str):
-        return sys.intern(value)
+        return seen.setdefault(value, value)
     if isinstance(value, tuple):
-        value = tuple(_shared(item, tuples) for item in value)
+        value = tuple(_shared(item, seen) for item in value)
         # Keyed by their encoding: as dict keys, (1,), (1.0,) and (True,) would be one.
-        return tuples.setdefault(marshal.dumps(value), value)
+        return seen.setdefault(marshal.dumps(value), value)
     return value
 
 
@@ -134,15 +134,15 @@ class SpilledRows:
         return self._count
 
     def __iter__(self) -> Iterator[Any]:
-        """The records in order; their strings interned and equal tuples of nearby records
-        shared, so that records a reader keeps cost what they held in a list (the lines of one
-        cell share their coordinates, a worker's parent is its supervisor's id, the expected
-        lines and the ledger's name the same ids)."""
-        make, tuples = self.make, {}
+        """The records in order, the equal strings and tuples of nearby records shared, so that
+        records a reader keeps cost about what they held in a list (the lines of one cell share
+        their coordinates, a worker's parent is its supervisor's id). Not `sys.intern`: its
+        table would keep a slot for every id of the round for the rest of the process."""
+        make, seen = self.make, {}
         for count, (record,) in enumerate(self._query("SELECT record FROM rows ORDER BY n"), 1):
-            yield make(*(_shared(value, tuples) for value in marshal.loads(record)))
+            yield make(*(_shared(value, seen) for value in marshal.loads(record)))
             if count % _SHARED_WINDOW == 0:
-                tuples.clear()
+                seen.clear()
 
     def __getitem__(self, index: int) -> Any:
         if not 0 <= index < self._count:
