@@ -92,7 +92,8 @@ class _Lookup:
         self.doubled = set(expected.keys_counted_twice())
 
     def get(self, seen: SeenLine, in_place: ExpectedLine | None) -> ExpectedLine | None:
-        if in_place is not None and in_place.rollout_id == seen.rollout_id and seen.rollout_id not in self.doubled:
+        rollout_id = seen.rollout_id
+        if in_place is not None and in_place.rollout_id == rollout_id and rollout_id not in self.doubled:
             return in_place
         found: ExpectedLine | None = self.expected.last_with_key(seen.rollout_id)
         return found
@@ -143,7 +144,9 @@ def _line_faults(faults: _Faults, seen: SeenLine, line: ExpectedLine) -> None:
         faults.add("gaps", seen, line, gap_problem)
 
 
-def _not_in_place(inputs: InputsRecount, expected: SpilledRows, ledger: LedgerRecount, out_of_place: int) -> int:
+def _not_in_place(
+    inputs: InputsRecount, expected: SpilledRows, ledger: LedgerRecount, out_of_place: int
+) -> int:
     """How many lines keep the ledger from being the expected sequence: those expected but not
     there plus those there but not expected; 1 for a ledger holding exactly the expected lines
     in another order."""

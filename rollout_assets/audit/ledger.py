@@ -129,7 +129,11 @@ class LedgerRecount:
     @property
     def parents(self) -> list[tuple[int, str]]:
         """(lineno, parent) of every valid line with a parent but the sub-agent lines, in order."""
-        return [(seen.lineno, seen.parent) for seen in self.sequence if seen.role != "agent" and seen.parent is not None]
+        return [
+            (seen.lineno, seen.parent)
+            for seen in self.sequence
+            if seen.role != "agent" and seen.parent is not None
+        ]
 
     def duplicated_ids(self) -> list[str]:
         """The rollout ids of more than one valid line, in the order of their first line."""
@@ -262,7 +266,8 @@ class LedgerRecount:
         )
         outcome = value["outcome"]
         gap = value["provenance"].get("gap")
-        seen = (lineno, value["rollout_id"], outcome["reward"], coordinates, parent, role, gap, bool(value["messages"]))
+        messages = bool(value["messages"])
+        seen = (lineno, value["rollout_id"], outcome["reward"], coordinates, parent, role, gap, messages)
         self.sequence.append(seen, key=value["rollout_id"], label=role, parent=parent)
         self._note_claims(value, role, lineno)
         self.run_ids[value["run_id"]] += 1

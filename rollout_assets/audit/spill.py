@@ -85,9 +85,12 @@ class SpilledRows:
 
     # Writing
 
-    def append(self, record: tuple[Any, ...], key: str | None = None, label: str | None = None,
-               parent: Any = None) -> None:
-        self._pending.append((key, label, parent if isinstance(parent, str) else None, marshal.dumps(tuple(record))))
+    def append(
+        self, record: tuple[Any, ...], key: str | None = None, label: str | None = None, parent: Any = None
+    ) -> None:
+        """Add a record; `key`, `label` and `parent` (kept when it is a string) for the queries."""
+        parent = parent if isinstance(parent, str) else None
+        self._pending.append((key, label, parent, marshal.dumps(tuple(record))))
         self._count += 1
         if len(self._pending) >= _BATCH:
             self._flush()
@@ -164,7 +167,8 @@ class SpilledRows:
 
     def last_with_key(self, key: str) -> Any | None:
         """The last record appended with `key` (as a dict built in order would hold it), or None."""
-        found = self._query("SELECT record FROM rows WHERE key = ? ORDER BY n DESC LIMIT 1", (key,)).fetchone()
+        last = "SELECT record FROM rows WHERE key = ? ORDER BY n DESC LIMIT 1"
+        found = self._query(last, (key,)).fetchone()
         return None if found is None else self.make(*marshal.loads(found[0]))
 
     def keys(self, *, skip_label: str | None = None) -> Iterator[str]:
