@@ -4,15 +4,18 @@ should produce, in ledger order (`ExpectedLine`)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rollout_assets.audit.cells import CellsRecount, recount_cells, resolved_fractions
 from rollout_assets.audit.folders import UnreadableRound
 from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
+from rollout_assets.audit.spill import SpilledMapping, SpilledRows
 from rollout_assets.audit.stores import StoreReading, read_store
 from rollout_assets.audit.subagents import assign_joins, subagent_conversations
 from rollout_assets.audit.strict_json import input_json
@@ -68,8 +71,9 @@ class InputsRecount:
     store_readable: bool
     session_ids: list[str]  # the opencode sessions of those cwds
     run_id: str  # the run_id of every line
-    # Every line, in ledger order; None when the recount was taken without the opencode store.
-    expected: list[ExpectedLine] | None = None
+    # Every line, in ledger order, on disk and keyed by its rollout_id; None when the recount
+    # was taken without the opencode store.
+    expected: SpilledRows | None = None
     # What the gap proofs read further (see gap_proofs.py): where the inputs are, the store
     # as the audit read it, and, by rollout id, each supervisor's cell (its runDir, and the
     # number of worker cwds its result.json lists) and each proposer's shot.
@@ -77,7 +81,7 @@ class InputsRecount:
     opencode_db: Path | None = None
     claude_projects: Path | None = None
     store: StoreReading = field(default_factory=lambda: StoreReading(False))
-    supervisor_cells: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    supervisor_cells: SpilledMapping = field(default_factory=SpilledMapping)  # on disk: one per cell
     shots: dict[str, ProposerWorktree] = field(default_factory=dict)
 
 
@@ -115,7 +119,9 @@ def recount_inputs(
     )
     if opencode_db is not None:
         worktrees = assign_joins(out_dir, proposer_worktrees(out_dir, receipts, claude_projects))
-        recount.expected = _cell_lines(recount, cells) + _proposer_lines(recount, cells, worktrees)
+        recount.expected = SpilledRows(ExpectedLine)
+        for line in itertools.chain(_cell_lines(recount, cells), _proposer_lines(recount, cells, worktrees)):
+            recount.expected.append(line, key=line.rollout_id)
     return recount
 
 
@@ -142,9 +148,8 @@ def _run_id(out_dir: Path) -> str:
 # gap may be.
 
 
-def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> list[ExpectedLine]:
+def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> Iterator[ExpectedLine]:
     run_id, store_readable, sessions = recount.run_id, recount.store.readable, recount.store.sessions
-    lines = []
     for cell, cwds, supervisor_gap in cells.in_order:
         supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))
@@ -156,27 +161,21 @@ def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> list[ExpectedLin
             cell.rep,
         )
         names = (cell.candidate_id, cell.scenario_id, cell.rep)
-        lines.append(
-            ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
-        )
+        yield ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
         for cwd in cwds:
             found = sessions.get(cwd)
             gap = SESSION if found else NO_SESSION if store_readable else STORE_UNAVAILABLE
             for session in found or ["-"]:
                 worker = rollout_id(f"{supervisor}|{cwd}|{session}")
-                lines.append(
-                    ExpectedLine(
-                        worker, cell.reward, coordinates, ("worker", cwd, session, *names), supervisor, gap
-                    )
+                yield ExpectedLine(
+                    worker, cell.reward, coordinates, ("worker", cwd, session, *names), supervisor, gap
                 )
-    return lines
 
 
 def _proposer_lines(
     recount: InputsRecount, cells: CellsRecount, worktrees: list[ProposerWorktree]
-) -> list[ExpectedLine]:
+) -> Iterator[ExpectedLine]:
     fractions = resolved_fractions(cells)
-    lines = []
     for shot in worktrees:
         receipt, worktree, transcripts, unreadable_folder = shot[:4]
         proposer = rollout_id(f"{recount.run_id}|proposer|{receipt.relative_path}")
@@ -187,10 +186,9 @@ def _proposer_lines(
         if unreadable_folder is not None:
             gap = unreadable_transcripts_gap(worktree, *unreadable_folder)
         reward = fractions.get(receipt.candidate_id)
-        lines.append(ExpectedLine(proposer, reward, coordinates, parts, None, gap))
+        yield ExpectedLine(proposer, reward, coordinates, parts, None, gap)
         if shot.joined is not None and unreadable_folder is None:
             for conversation in subagent_conversations(shot.joined, transcripts or ()):
                 agent = rollout_id(f"{proposer}|agent|{conversation.in_project}|{conversation.key}")
                 agent_parts = ("agent", receipt.relative_path, conversation.file, conversation.key)
-                lines.append(ExpectedLine(agent, reward, coordinates, agent_parts, proposer, SUBAGENT))
-    return lines
+                yield ExpectedLine(agent, reward, coordinates, agent_parts, proposer, SUBAGENT)

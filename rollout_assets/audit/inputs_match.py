@@ -4,8 +4,7 @@ give it."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rollout_assets.audit.inputs import (
@@ -19,6 +18,7 @@ from rollout_assets.audit.inputs import (
 )
 from rollout_assets.audit.ledger import LedgerRecount, SeenLine
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult, sample
+from rollout_assets.audit.spill import SpilledRows
 from rollout_assets.audit.strict_json import is_number
 from rollout_assets.audit.wording import (
     EMPTY_TRANSCRIPT_GAP,
@@ -29,15 +29,6 @@ from rollout_assets.audit.wording import (
     store_unavailable_cause,
     store_unavailable_gap,
 )
-
-
-def _not_in_place(expected_ids: list[str], seen_ids: list[str], in_order: bool) -> int:
-    """How many lines keep the ledger from being the expected sequence: those expected but not
-    there plus those there but not expected; 1 for a ledger holding exactly the expected lines
-    in another order."""
-    expected, seen = Counter(expected_ids), Counter(seen_ids)
-    absent_or_extra = (expected - seen).total() + (seen - expected).total()
-    return absent_or_extra or (0 if in_order else 1)
 
 
 def _same_reward(seen: Any, expected: Any) -> bool:
@@ -78,55 +69,90 @@ class _Faults:
             self.samples[kind].append(f"{self.path}:{seen.lineno}: {_FAULT_WORDS[kind](seen, line, why)}")
 
 
-def _judged(inputs: InputsRecount, ledger: LedgerRecount) -> list[SeenLine]:
+def _judged(inputs: InputsRecount, ledger: LedgerRecount) -> Iterator[SeenLine]:
     """The ledger's lines the inputs can name: all of them, but for the sub-agent (`agent`)
     lines when the recount was taken without the Claude projects folder (only its transcripts
     name them; the checks run with it)."""
     if inputs.claude_projects is not None:
-        return ledger.sequence
-    return [seen for seen in ledger.sequence if seen.role != "agent"]
+        return iter(ledger.sequence)
+    return (seen for seen in ledger.sequence if seen.role != "agent")
 
 
-def _line_faults(expected: list[ExpectedLine], ledger: LedgerRecount, sequence: list[SeenLine]) -> _Faults:
-    """What is wrong with each ledger line the inputs name, against what they say of it."""
-    expected_by_id = {line.rollout_id: line for line in expected}
+def _skipped_role(inputs: InputsRecount) -> str | None:
+    return None if inputs.claude_projects is not None else "agent"
+
+
+class _Lookup:
+    """What the inputs say of a ledger line, by its rollout_id, as a dict built from the expected
+    lines in order would give it (the last of a doubled id), without holding them: in a ledger
+    in order, the line at the same place; else the expected lines' index on disk."""
+
+    def __init__(self, expected: SpilledRows):
+        self.expected = expected
+        self.doubled = set(expected.keys_counted_twice())
+
+    def get(self, seen: SeenLine, in_place: ExpectedLine | None) -> ExpectedLine | None:
+        rollout_id = seen.rollout_id
+        if in_place is not None and in_place.rollout_id == rollout_id and rollout_id not in self.doubled:
+            return in_place
+        found: ExpectedLine | None = self.expected.last_with_key(seen.rollout_id)
+        return found
+
+
+def _compare(
+    inputs: InputsRecount, expected: SpilledRows, ledger: LedgerRecount
+) -> tuple[int, list[str], _Faults, int]:
+    """One walk of the ledger's lines beside the expected ones: (the number of the first line
+    that is not the expected one, 0 when all are; its problem), what is wrong with each line
+    the inputs name (`_line_faults`), and how many lines were judged.
+
+    Past the ledger's last line, the first line out of place is the number of the line after it."""
+    lookup = _Lookup(expected)
     faults = _Faults(ledger.path)
-    for seen in sequence:
-        line = expected_by_id.get(seen.rollout_id)
-        if line is None:
-            continue
-        if not _same_reward(seen.reward, line.reward):
-            faults.add("rewards", seen, line)
-        # `==` on tuples: 1 == 1.0 would pass a float generation, but the schema refuses one first.
-        if seen.coordinates != line.coordinates:
-            faults.add("coordinates", seen, line)
-        # docs/line-format.md: a worker's parent is its supervisor, a sub-agent's (`agent`) its proposer;
-        # a supervisor's and a proposer's is null.
-        if seen.role != line.parts[0] or seen.parent != line.parent:
-            faults.add("roles_or_parents", seen, line)
-        gap_problem = _gap_problem(seen, line)
-        if gap_problem is not None:
-            faults.add("gaps", seen, line, gap_problem)
-    return faults
+    out_of_place, problem, judged = 0, [], 0
+    wanted_lines = iter(expected)
+    for seen in _judged(inputs, ledger):
+        judged += 1
+        wanted = next(wanted_lines, None)
+        if not out_of_place and (wanted is None or wanted.rollout_id != seen.rollout_id):
+            out_of_place = seen.lineno
+            what = wanted.what if wanted is not None else "the end of the ledger"
+            problem = [f"{ledger.path}:{seen.lineno}: expected {what}, found {seen.rollout_id}"]
+        line = lookup.get(seen, wanted)
+        if line is not None:
+            _line_faults(faults, seen, line)
+    wanted = next(wanted_lines, None)
+    if not out_of_place and wanted is not None:
+        out_of_place = ledger.lines + 1
+        problem = [f"{ledger.path}:{out_of_place}: expected {wanted.what}, found the end of the ledger"]
+    return out_of_place, problem, faults, judged
 
 
-def _first_out_of_place(
-    expected: list[ExpectedLine], ledger: LedgerRecount, sequence: list[SeenLine]
-) -> tuple[int, list[str]]:
-    """(the number of the first line that is not the expected one, 0 when all are; its
-    problem). Past the ledger's last line, the number of the line after it."""
-    expected_ids = [line.rollout_id for line in expected]
-    seen_ids = [line.rollout_id for line in sequence]
-    if seen_ids == expected_ids:
-        return 0, []
-    index = next(
-        (i for i, (seen, wanted) in enumerate(zip(seen_ids, expected_ids, strict=False)) if seen != wanted),
-        min(len(seen_ids), len(expected_ids)),
-    )
-    lineno = sequence[index].lineno if index < len(sequence) else ledger.lines + 1
-    wanted = expected[index].what if index < len(expected_ids) else "the end of the ledger"
-    found = seen_ids[index] if index < len(seen_ids) else "the end of the ledger"
-    return lineno, [f"{ledger.path}:{lineno}: expected {wanted}, found {found}"]
+def _line_faults(faults: _Faults, seen: SeenLine, line: ExpectedLine) -> None:
+    """What is wrong with a ledger line the inputs name, against what they say of it."""
+    if not _same_reward(seen.reward, line.reward):
+        faults.add("rewards", seen, line)
+    # `==` on tuples: 1 == 1.0 would pass a float generation, but the schema refuses one first.
+    if seen.coordinates != line.coordinates:
+        faults.add("coordinates", seen, line)
+    # docs/line-format.md: a worker's parent is its supervisor, a sub-agent's (`agent`) its proposer;
+    # a supervisor's and a proposer's is null.
+    if seen.role != line.parts[0] or seen.parent != line.parent:
+        faults.add("roles_or_parents", seen, line)
+    gap_problem = _gap_problem(seen, line)
+    if gap_problem is not None:
+        faults.add("gaps", seen, line, gap_problem)
+
+
+def _not_in_place(
+    inputs: InputsRecount, expected: SpilledRows, ledger: LedgerRecount, out_of_place: int
+) -> int:
+    """How many lines keep the ledger from being the expected sequence: those expected but not
+    there plus those there but not expected; 1 for a ledger holding exactly the expected lines
+    in another order."""
+    if not out_of_place:
+        return 0
+    return expected.keys_apart(ledger.sequence, skip_label=_skipped_role(inputs)) or 1
 
 
 def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
@@ -143,9 +169,7 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
     if inputs.expected is None:
         raise ValueError("the inputs were recounted without the opencode store: worker lines cannot be named")
     foreign = {run_id: n for run_id, n in ledger.run_ids.items() if run_id != inputs.run_id}
-    sequence = _judged(inputs, ledger)
-    out_of_place, order_problem = _first_out_of_place(inputs.expected, ledger, sequence)
-    faults = _line_faults(inputs.expected, ledger, sequence)
+    out_of_place, order_problem, faults, judged = _compare(inputs, inputs.expected, ledger)
     problems = [
         f"{n} line(s) of run_id {run_id!r}, not this round's {inputs.run_id!r}"
         for run_id, n in foreign.items()
@@ -155,15 +179,13 @@ def inputs_match_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditR
         problems += kind_sample
     problems += ledger.reward_source_problems
     wrong = sum(faults.counts.values()) + ledger.wrong_reward_sources
-    expected_ids = [line.rollout_id for line in inputs.expected]
-    seen_ids = [line.rollout_id for line in sequence]
     return AuditResult(
         passed=not (foreign or ledger.ids_not_matching_fields or out_of_place or wrong),
-        expected=len(expected_ids),
-        seen=len(seen_ids),
+        expected=len(inputs.expected),
+        seen=judged,
         # Lines of another run and lines whose id does not fit their fields carry ids the
         # inputs do not give: they are among the lines absent or extra.
-        missing=_not_in_place(expected_ids, seen_ids, in_order=not out_of_place)
+        missing=_not_in_place(inputs, inputs.expected, ledger, out_of_place)
         + len(faults.lines)
         + ledger.wrong_reward_sources,
         sample=sample(problems),

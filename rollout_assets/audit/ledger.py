@@ -9,6 +9,7 @@ import gc
 import itertools
 import multiprocessing
 import os
+import tempfile
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from rollout_assets.audit.result import SAMPLE_SIZE
+from rollout_assets.audit.spill import SpilledRows
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
 from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
 from rollout_assets.counters import FIRST, KEEP, merge_counters, sample
@@ -100,32 +102,52 @@ class LedgerRecount:
     invalid_lines: int = 0
     unlabeled_gaps: int = 0
     line_problems: list[str] = field(default_factory=list, metadata=sample(SAMPLE_SIZE))  # in line order
-    rollout_ids: Counter[str] = field(default_factory=Counter)
-    supervisor_ids: set[str] = field(default_factory=set)
-    parents: list[tuple[int, str]] = field(default_factory=list)
-    # sub-agent (`agent`) lines: (lineno, parent); their parent must be a proposer line
-    proposer_ids: set[str] = field(default_factory=set)
-    agent_parents: list[tuple[int, Any]] = field(default_factory=list)
     # transcript_ref -> the proposer lines joined to it: one-to-one, so never more than one
     joined_transcripts: Counter[str] = field(default_factory=Counter)
-    # against the inputs: every valid line, in order, as a `SeenLine`
-    sequence: list[SeenLine] = field(default_factory=list)
+    # Against the inputs: every valid line, in order, as a `SeenLine`, on disk (`SpilledRows`),
+    # keyed by its rollout_id, labeled with its role and its parent beside it: the ids'
+    # uniqueness and the parents' existence are queries of it.
+    sequence: SpilledRows = field(default_factory=lambda: SpilledRows(SeenLine), metadata=KEEP)
     # for the gap proofs, what they read beyond a SeenLine: (lineno, worker_cwd, transcript_ref)
     # of every valid worker line without messages and every valid proposer line, in order
-    claim_subjects: list[tuple[int, Any, Any]] = field(default_factory=list)
+    claim_subjects: SpilledRows = field(default_factory=SpilledRows, metadata=KEEP)
     # for the gap proofs' count of a joined worker line: (lineno, worker_cwd, transcript_ref, its
     # number of messages) of every valid worker line with messages, in order
-    worker_message_counts: list[tuple[int, Any, Any, int]] = field(default_factory=list)
-    # One tuple per distinct coordinates (a supervisor's workers share its), one string per
-    # distinct role or gap: less to keep and to send back from a part's process. Caches of
-    # one part's reading, never merged: the lines of a part merged in keep their own.
-    _coordinates: dict[tuple[Any, ...], tuple[Any, ...]] = field(default_factory=dict, repr=False, metadata=KEEP)
-    _strings: dict[str, str] = field(default_factory=dict, repr=False, metadata=KEEP)
+    worker_message_counts: SpilledRows = field(default_factory=SpilledRows, metadata=KEEP)
     run_ids: Counter[str] = field(default_factory=Counter)
     ids_not_matching_fields: int = 0
     id_problems: list[str] = field(default_factory=list, metadata=sample(SAMPLE_SIZE))  # in line order
     wrong_reward_sources: int = 0
     reward_source_problems: list[str] = field(default_factory=list, metadata=sample(SAMPLE_SIZE))
+
+    def merge(self, later: LedgerRecount) -> None:
+        """Add the recount of the part that follows: its tallies, and its lines after these."""
+        merge_counters(self, later)
+        for name in ("sequence", "claim_subjects", "worker_message_counts"):
+            getattr(self, name).extend(getattr(later, name))
+
+    @property
+    def parents(self) -> list[tuple[int, str]]:
+        """(lineno, parent) of every valid line with a parent but the sub-agent lines, in order."""
+        return [
+            (seen.lineno, seen.parent)
+            for seen in self.sequence
+            if seen.role != "agent" and seen.parent is not None
+        ]
+
+    def duplicated_ids(self) -> list[str]:
+        """The rollout ids of more than one valid line, in the order of their first line."""
+        return self.sequence.keys_counted_twice()
+
+    def orphans(self) -> list[tuple[int, Any]]:
+        """(lineno, parent) of the valid lines whose parent is no supervisor line, but the
+        sub-agent lines, in order."""
+        return [(row[0], row[4]) for row in self.sequence.orphans(False, "agent", "supervisor")]
+
+    def agent_orphans(self) -> list[tuple[int, Any]]:
+        """(lineno, parent) of the sub-agent (`agent`) lines whose parent is no proposer line
+        (docs/line-format.md), in order."""
+        return [(row[0], row[4]) for row in self.sequence.orphans(True, "agent", "proposer")]
 
     def _problem(self, message: str) -> None:
         if len(self.line_problems) < SAMPLE_SIZE:
@@ -231,12 +253,9 @@ class LedgerRecount:
         if not value["messages"] and not value["provenance"].get("gap"):
             self.unlabeled_gaps += 1
             self._problem(f"{where}: empty transcript without a gap reason")
-        self.rollout_ids[value["rollout_id"]] += 1
-        role = self._strings.setdefault(value["role"], value["role"])
-        if role == "supervisor":
-            self.supervisor_ids.add(value["rollout_id"])
+        role = value["role"]
         parent = value["parent_rollout_id"]
-        self._note_links(value, role, parent, lineno)
+        self._note_joined(value, role)
         task = value["task"]
         coordinates = (
             value["candidate_id"],
@@ -245,37 +264,19 @@ class LedgerRecount:
             task["instance_id"],
             task["rep"],
         )
-        coordinates = self._coordinates.setdefault(coordinates, coordinates)
         outcome = value["outcome"]
         gap = value["provenance"].get("gap")
-        if gap is not None:
-            gap = self._strings.setdefault(gap, gap)
-        self.sequence.append(
-            SeenLine(
-                lineno,
-                value["rollout_id"],
-                outcome["reward"],
-                coordinates,
-                parent,
-                role,
-                gap,
-                bool(value["messages"]),
-            )
-        )
+        messages = bool(value["messages"])
+        seen = (lineno, value["rollout_id"], outcome["reward"], coordinates, parent, role, gap, messages)
+        self.sequence.append(seen, key=value["rollout_id"], label=role, parent=parent)
         self._note_claims(value, role, lineno)
         self.run_ids[value["run_id"]] += 1
         self._check_id(value, where)
         self._check_reward_source(role, outcome, where)
 
-    def _note_links(self, value: Any, role: str, parent: Any, lineno: int) -> None:
-        """The line's parent and, for a proposer, the transcript it joined."""
-        if role == "agent":
-            # A sub-agent's parent is a proposer line (docs/line-format.md): checked apart.
-            self.agent_parents.append((lineno, parent))
-        elif parent is not None:
-            self.parents.append((lineno, parent))
+    def _note_joined(self, value: Any, role: str) -> None:
+        """For a proposer, the transcript it joined."""
         if role == "proposer":
-            self.proposer_ids.add(value["rollout_id"])
             ref = value["artifacts"]["transcript_ref"]
             # A joined shot names its transcript file (a gap shot its receipt): one file, one shot.
             if isinstance(ref, str) and ref.endswith(".jsonl"):
@@ -317,8 +318,20 @@ class LedgerRecount:
 _PARALLEL_MIN_BYTES = 32 << 20
 
 
-def _recount_part(ledger_path: Path, start: int, stop: int, first_lineno: int) -> LedgerRecount:
-    recount = LedgerRecount(ledger_path)
+def _recount_part(
+    ledger_path: Path, start: int, stop: int, first_lineno: int, spill_folder: Path | None = None
+) -> LedgerRecount:
+    """The recount of one part; with `spill_folder`, a part in a process of its own, whose lines
+    go to files there that the recount of the whole appends to its own (and its caller removes)."""
+    if spill_folder is None:
+        recount = LedgerRecount(ledger_path)
+    else:
+        recount = LedgerRecount(
+            ledger_path,
+            sequence=SpilledRows(SeenLine, spill_folder / f"{start}-sequence.sqlite"),
+            claim_subjects=SpilledRows(path=spill_folder / f"{start}-claims.sqlite"),
+            worker_message_counts=SpilledRows(path=spill_folder / f"{start}-messages.sqlite"),
+        )
     with open(ledger_path, "rb") as handle:
         handle.seek(start)
         position, lineno = start, first_lineno
@@ -371,11 +384,17 @@ def recount_ledger(
     # of MB) are left alone by it, in the child and here, and stay shared.
     gc.freeze()
     try:
-        with ProcessPoolExecutor(max_workers=len(rest), mp_context=multiprocessing.get_context("fork")) as pool:
-            later = [pool.submit(_recount_part, ledger_path, *part) for part in rest]
+        with (
+            tempfile.TemporaryDirectory(prefix="rollout-audit-parts-") as spill_folder,
+            ProcessPoolExecutor(max_workers=len(rest), mp_context=multiprocessing.get_context("fork")) as pool,
+        ):
+            later = [pool.submit(_recount_part, ledger_path, *part, Path(spill_folder)) for part in rest]
             recount = _recount_part(ledger_path, *first)
             for future in later:
-                merge_counters(recount, future.result())
+                part = future.result()
+                recount.merge(part)
+                for rows in (part.sequence, part.claim_subjects, part.worker_message_counts):
+                    rows.close()
     finally:
         gc.unfreeze()
     return recount

@@ -68,9 +68,9 @@ def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
     """Every line validates, every empty transcript carries a gap, ids are unique, parents exist
     (a worker's is a supervisor line, a sub-agent's a proposer line), and no transcript file is
     joined to two proposer lines (the join is one-to-one)."""
-    duplicated = [rollout_id for rollout_id, n in ledger.rollout_ids.items() if n > 1]
-    orphans = [(lineno, parent) for lineno, parent in ledger.parents if parent not in ledger.supervisor_ids]
-    agent_orphans = [(n, parent) for n, parent in ledger.agent_parents if parent not in ledger.proposer_ids]
+    duplicated = ledger.duplicated_ids()
+    orphans = ledger.orphans()
+    agent_orphans = ledger.agent_orphans()
     joined_twice = sorted(ref for ref, n in ledger.joined_transcripts.items() if n > 1)
     problems = list(ledger.line_problems)
     problems += [f"duplicated rollout_id {rollout_id}" for rollout_id in duplicated[:SAMPLE_SIZE]]

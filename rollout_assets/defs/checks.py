@@ -27,6 +27,7 @@ from rollout_assets.defs.constants import CAMPAIGN_CELLS, ROLLOUT_LEDGER, ROLLOU
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.stages import file_identity
+from rollout_assets.stages.memory import return_freed_memory
 
 
 _T = TypeVar("_T")
@@ -81,11 +82,13 @@ _RECOUNTS = _RunRecounts()
 
 
 def _inputs(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.InputsRecount:
+    return_freed_memory()  # of the steps before: every check starts here or in _ledger
     round_dir = locations.round_dir(context.partition_key)
     return _RECOUNTS.inputs(context, round_dir, locations.opencode.db_path, locations.claude.path)
 
 
 def _ledger(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.LedgerRecount:
+    return_freed_memory()
     return _RECOUNTS.ledger(context, locations.outputs(context.partition_key).ledger)
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rollout_assets.io import file_identity, read_json_file, write_json_atomic
+from rollout_assets.io import file_identity, read_json_file
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT, round_state_digest
 from rollout_assets.sources.round import RoundManifest, build_manifest, list_cell_paths, manifest_from_json
+from rollout_assets.stages.json_file import write_json_streaming
 from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.records import RoundChangedError, StageMismatchError, write_record
 
@@ -27,7 +28,7 @@ def write_manifest(
     # Taken before reading: a file changed while the manifest is built shows in the next stage.
     inputs = round_state_digest(out_dir)
     manifest = build_manifest(out_dir, keep_rows=True)
-    write_json_atomic(outputs.manifest, manifest.to_json())
+    write_json_streaming(outputs.manifest, manifest.to_json())
     record: dict[str, Any] = {
         "outDir": str(manifest.out_dir),
         "inputs": inputs,

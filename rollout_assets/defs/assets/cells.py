@@ -12,6 +12,7 @@ from rollout_assets.defs.instance import run_created_at
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.stages import CellsSummary, RoundOutputs, write_campaign_cells
+from rollout_assets.stages.memory import return_freed_memory
 
 
 def _metadata(summary: CellsSummary, outputs: RoundOutputs) -> dict[str, Any]:
@@ -36,6 +37,7 @@ def _metadata(summary: CellsSummary, outputs: RoundOutputs) -> dict[str, Any]:
 def campaign_cells(context: AssetExecutionContext, locations: RoundLocations) -> MaterializeResult:
     """The campaign cells of one round, each with its supervisor line, reward and worker cwds."""
     key = context.partition_key
+    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
         captured_at = run_created_at(context.instance, context.run.run_id)

@@ -14,6 +14,7 @@ from rollout_assets.defs.failures import round_errors_fail_the_step
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.stages import write_rollout_ledger
+from rollout_assets.stages.memory import return_freed_memory
 
 
 def role_and_gap_metadata(stats: BackfillStats) -> dict[str, Any]:
@@ -35,6 +36,7 @@ def role_and_gap_metadata(stats: BackfillStats) -> dict[str, Any]:
 def rollout_ledger(context: AssetExecutionContext, locations: RoundLocations) -> MaterializeResult:
     """The validated tangle.rollout.v1 ledger of one round, one line per agent invocation."""
     key = context.partition_key
+    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
         stats = write_rollout_ledger(outputs, locations.opencode.db_path, locations.claude.path)

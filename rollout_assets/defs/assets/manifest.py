@@ -11,9 +11,10 @@ from rollout_assets.defs.failures import round_errors_fail_the_step
 from rollout_assets.defs.instance import run_input_fingerprint
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
-from rollout_assets.sources.fingerprint import fingerprint_round
+from rollout_assets.sources.fingerprint import _artifact_of, fingerprint_round
 from rollout_assets.sources.round import RoundManifest
 from rollout_assets.stages import RoundOutputs, write_manifest
+from rollout_assets.stages.memory import return_freed_memory
 
 
 def _input_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | None:
@@ -73,8 +74,12 @@ def _metadata(manifest: RoundManifest, outputs: RoundOutputs, out_dir: Path) -> 
 def round_manifest(context: AssetExecutionContext, locations: RoundLocations) -> MaterializeResult:
     """The manifest of one round: generations, candidates, commits, resolved counts and cost."""
     key = context.partition_key
+    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         out_dir = locations.round_dir(key)
         outputs = locations.writable_outputs(key)
         manifest = write_manifest(out_dir, outputs, _input_fingerprint(context, out_dir))
+    # The fingerprint's cache of every cell's artifact paths serves a process that fingerprints
+    # the rounds again and again (the sensor's); a run takes one and would keep it to its end.
+    _artifact_of.cache_clear()
     return MaterializeResult(metadata=_metadata(manifest, outputs, out_dir))

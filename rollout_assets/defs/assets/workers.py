@@ -13,6 +13,7 @@ from rollout_assets.defs.instance import run_created_at
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import OpencodeDatabase, RoundLocations
 from rollout_assets.stages import RoundOutputs, write_worker_sessions
+from rollout_assets.stages.memory import return_freed_memory
 
 
 def _metadata(stats: BackfillStats, outputs: RoundOutputs, opencode: OpencodeDatabase) -> dict[str, Any]:
@@ -42,6 +43,7 @@ def worker_sessions(context: AssetExecutionContext, locations: RoundLocations) -
     unavailable = opencode.unavailable_reason()
     if unavailable:
         context.log.warning(unavailable)
+    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
         captured_at = run_created_at(context.instance, context.run.run_id)
