@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
-from rollout_assets.audit.inputs import InputsRecount
+from rollout_assets.audit.inputs import ExpectedLine, InputsRecount
+from rollout_assets.audit.inputs_match import ExpectedLookup
 from rollout_assets.audit.ledger import LedgerRecount, SeenLine
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult
 from rollout_assets.audit.shot_proofs import ShotProofs
@@ -61,59 +63,116 @@ JOINED = "joined_proposer"  # not a gap: a proposer line holding its transcript
 JOINED_WORKER = "joined_worker"  # not a gap: a worker line holding its session's messages
 
 
+class _Claim(NamedTuple):
+    """One line's claim, with what the recounts hold of its line."""
+
+    seen: SeenLine
+    kind: str  # the kind of its gap, JOINED or JOINED_WORKER
+    line: ExpectedLine | None  # what the inputs say of its invocation, when they name it
+    subject: tuple[Any, Any]  # (cwd, transcript_ref) as the line states them
+    held: int  # the messages a joined worker line holds
+
+
+class _ByLine:
+    """Rows whose first field is a line number, in ascending order, looked up by ascending line
+    numbers: one walk beside the ledger instead of a dict of every line."""
+
+    def __init__(self, rows: Iterator[tuple[Any, ...]]):
+        self._rows = rows
+        self._head = next(rows, None)
+
+    def get(self, lineno: int) -> tuple[Any, ...] | None:
+        while self._head is not None and self._head[0] < lineno:
+            self._head = next(self._rows, None)
+        return self._head if self._head is not None and self._head[0] == lineno else None
+
+
+def _kind(seen: SeenLine) -> str | None:
+    """The claim a line makes: the kind of its gap, a joined proposer or worker line, or none."""
+    if seen.gap is not None:
+        return gap_kind(seen.gap)
+    if seen.role == "proposer" and seen.has_messages:
+        return JOINED
+    if seen.role == "worker" and seen.has_messages:
+        return JOINED_WORKER
+    return None
+
+
 class _Claims:
-    """The claims of one ledger held against the inputs."""
+    """The claims of one ledger held against the inputs. Nothing per line is kept: each walk
+    reads the ledger's lines, the expected lines and the lines' subjects from the recounts'
+    files side by side (a ledger out of order looks its expected lines up by id)."""
 
     def __init__(self, inputs: InputsRecount, ledger: LedgerRecount):
         assert inputs.expected is not None and inputs.out_dir is not None
-        self.inputs = inputs
-        self.expected = {line.rollout_id: line for line in inputs.expected}
-        self.subjects = {lineno: (cwd, ref) for lineno, cwd, ref in ledger.claim_subjects}
-        self.held = {lineno: count for lineno, _, _, count in ledger.worker_message_counts}
-        self.subjects.update((lineno, (cwd, ref)) for lineno, cwd, ref, _ in ledger.worker_message_counts)
+        self.inputs, self.ledger, self.expected = inputs, ledger, inputs.expected
         self.shots = ShotProofs(inputs.out_dir)
         self.rows: dict[str, tuple[int, int, int]] | str = {}
 
-    def worker(self, seen: SeenLine) -> tuple[Any, Any]:
+    def walk(self) -> Iterator[_Claim]:
+        """Every line with a gap, every proposer line with a transcript and every worker line
+        with messages, in ledger order."""
+        lookup = ExpectedLookup(self.expected)
+        wanted_lines = self.expected.stream()
+        subjects = _ByLine(self.ledger.claim_subjects.stream())
+        counts = _ByLine(self.ledger.worker_message_counts.stream())
+        for seen in self.ledger.sequence.stream():
+            wanted = next(wanted_lines, None)
+            kind = _kind(seen)
+            if kind is None:
+                continue
+            counted = counts.get(seen.lineno)
+            stated = subjects.get(seen.lineno)
+            if counted is not None:
+                subject, held = (counted[1], counted[2]), counted[3]
+            else:
+                subject, held = ((stated[1], stated[2]) if stated is not None else (None, None)), 0
+            yield _Claim(seen, kind, lookup.get(seen, wanted), subject, held)
+
+    @staticmethod
+    def worker(claim: _Claim) -> tuple[Any, Any]:
         """(cwd, session) of a worker line: its invocation's when the inputs name it, else as
         the line states them (the session "-" when it names none)."""
-        line = self.expected.get(seen.rollout_id)
+        line = claim.line
         if line is not None and line.parts[0] == "worker":
             return line.parts[1], line.parts[2]
-        cwd, ref = self.subjects.get(seen.lineno, (None, None))
+        cwd, ref = claim.subject
         session = (
             ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
         )
         return cwd, session
 
-    def count_claimed_sessions(self, claims: list[tuple[SeenLine, str]]) -> None:
+    def count_claimed_sessions(self) -> None:
         """The rows of every session a line says is empty, and the messages the rows of every
         joined worker line's session make, in one grouped count."""
         claimed = {
-            self.worker(seen)[1] for seen, kind in claims if kind in ("opencode_session_empty", JOINED_WORKER)
+            self.worker(claim)[1]
+            for claim in self.walk()
+            if claim.kind in ("opencode_session_empty", JOINED_WORKER)
         }
         claimed.discard("-")
         if claimed and self.inputs.store.readable:
             self.rows = session_rows(self.inputs.store, claimed)
 
-    def problem(self, seen: SeenLine, kind: str) -> str | None:
+    def problem(self, claim: _Claim) -> str | None:
         """What the inputs hold against the line's claim; None when they warrant it."""
+        seen, kind = claim.seen, claim.kind
         if kind == JOINED_WORKER:
-            return self.joined_worker_problem(seen)
+            return self.joined_worker_problem(claim)
         if kind == JOINED:
             shot = self.inputs.shots.get(seen.rollout_id)
             if shot is None:
                 return "no shot receipt of the inputs has this rollout_id"
-            return self.shots.joined_problem(shot, self.subjects.get(seen.lineno, (None, None))[1])
+            return self.shots.joined_problem(shot, claim.subject[1])
         role = _ROLE_OF_KIND.get(kind)
         if role is None:
             return f"gap {seen.gap!r} is no reason of the line format: no input can warrant it"
         if seen.role != role:
             return f"a {seen.role} line cannot carry a {role}'s gap {seen.gap!r}"
         if role == "supervisor":
-            return self.supervisor_problem(seen)
+            return self.supervisor_problem(claim)
         if role == "worker":
-            return self.worker_problem(seen, kind)
+            return self.worker_problem(claim)
         shot = self.inputs.shots.get(seen.rollout_id)
         if shot is None:
             return "no shot receipt of the inputs has this rollout_id"
@@ -124,13 +183,13 @@ class _Claims:
             return self.shots.empty_transcript_problem(shot, seen.gap)
         return self.shots.unreadable_problem(shot, seen.gap)
 
-    def supervisor_problem(self, seen: SeenLine) -> str | None:
+    def supervisor_problem(self, claim: _Claim) -> str | None:
         """docs/input-formats.md §1: brain.jsonl carries per-request stats, no message content,
         so every supervisor's transcript is not persisted. A suffix saying the cell's workers
         cannot be listed must be the one the audit's own reading of its result.json gives."""
+        seen, line = claim.seen, claim.line
         if seen.gap == SUPERVISOR_GAP:
             return None
-        line = self.expected.get(seen.rollout_id)
         if line is None or line.parts[0] != "supervisor":
             return "no cell of the inputs has this rollout_id: its result.json cannot be looked at"
         if seen.gap == line.gap:
@@ -146,10 +205,11 @@ class _Claims:
             return f"{line.what}: the audit cannot read {result_json}: it is missing, not listing no cwd"
         return f"{line.what}: the audit reads {result_json}, which reports spawned workers but lists no cwd"
 
-    def worker_problem(self, seen: SeenLine, kind: str) -> str | None:
+    def worker_problem(self, claim: _Claim) -> str | None:
         """The store as the audit read it for the inputs' recount (`read_store`); the rows of a
         session said to be empty by one grouped count (`count_claimed_sessions`)."""
-        cwd, session = self.worker(seen)
+        seen, kind = claim.seen, claim.kind
+        cwd, session = self.worker(claim)
         store, db = self.inputs.store, self.inputs.opencode_db
         sessions = store.sessions.get(cwd, []) if isinstance(cwd, str) else []
         if kind == "opencode_store_unavailable":
@@ -188,33 +248,19 @@ class _Claims:
         return None
 
 
-    def joined_worker_problem(self, seen: SeenLine) -> str | None:
+    def joined_worker_problem(self, claim: _Claim) -> str | None:
         """A worker line holding messages holds as many as its session's rows make."""
-        cwd, session = self.worker(seen)
+        cwd, session = self.worker(claim)
         store, db = self.inputs.store, self.inputs.opencode_db
         if not store.readable:
             return f"worker cwd {cwd}: the audit cannot read the opencode store {db} ({store.why}), so it proves nothing of it"
         if isinstance(self.rows, str):
             return f"opencode session {session}: the audit cannot count its rows ({self.rows})"
-        held = self.held.get(seen.lineno, 0)
+        held = claim.held
         made = self.rows.get(session, (0, 0, 0))[2]
         if held != made:
             return f"opencode session {session}: the line holds {held} message(s), the store's rows make {made}"
         return None
-
-
-def _claims(ledger: LedgerRecount) -> list[tuple[SeenLine, str]]:
-    """Every line with a gap (by the kind of its gap), every proposer line with a transcript and
-    every worker line with messages."""
-    claims = []
-    for seen in ledger.sequence:
-        if seen.gap is not None:
-            claims.append((seen, gap_kind(seen.gap)))
-        elif seen.role == "proposer" and seen.has_messages:
-            claims.append((seen, JOINED))
-        elif seen.role == "worker" and seen.has_messages:
-            claims.append((seen, JOINED_WORKER))
-    return claims
 
 
 def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
@@ -227,25 +273,26 @@ def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> Audi
     if inputs.expected is None or inputs.claude_projects is None:
         raise ValueError("the inputs were recounted without the opencode store or the Claude projects folder")
     checker = _Claims(inputs, ledger)
-    claims = _claims(ledger)
-    checker.count_claimed_sessions(claims)
+    checker.count_claimed_sessions()
+    kinds: Counter[str] = Counter()
     unwarranted: Counter[str] = Counter()
     problems = []
-    for seen, kind in claims:
-        problem = checker.problem(seen, kind)
+    for claim in checker.walk():
+        kinds[claim.kind] += 1
+        problem = checker.problem(claim)
         if problem is not None:
-            unwarranted[kind] += 1
+            unwarranted[claim.kind] += 1
             if len(problems) < SAMPLE_SIZE:
-                problems.append(f"{ledger.path}:{seen.lineno}: rollout_id {seen.rollout_id}: {problem}")
-    kinds = Counter(kind for _, kind in claims)
+                problems.append(f"{ledger.path}:{claim.seen.lineno}: rollout_id {claim.seen.rollout_id}: {problem}")
+    claims = sum(kinds.values())
     return AuditResult(
         passed=not unwarranted,
-        expected=len(claims),
-        seen=len(claims) - sum(unwarranted.values()),
+        expected=claims,
+        seen=claims - sum(unwarranted.values()),
         missing=sum(unwarranted.values()),
         sample=problems,
         details={
-            "gap_lines": len(claims) - kinds[JOINED] - kinds[JOINED_WORKER],
+            "gap_lines": claims - kinds[JOINED] - kinds[JOINED_WORKER],
             "joined_proposer_lines": kinds[JOINED],
             "joined_worker_lines": kinds[JOINED_WORKER],
             **{

@@ -74,15 +74,15 @@ def _judged(inputs: InputsRecount, ledger: LedgerRecount) -> Iterator[SeenLine]:
     lines when the recount was taken without the Claude projects folder (only its transcripts
     name them; the checks run with it)."""
     if inputs.claude_projects is not None:
-        return iter(ledger.sequence)
-    return (seen for seen in ledger.sequence if seen.role != "agent")
+        return ledger.sequence.stream()
+    return (seen for seen in ledger.sequence.stream() if seen.role != "agent")
 
 
 def _skipped_role(inputs: InputsRecount) -> str | None:
     return None if inputs.claude_projects is not None else "agent"
 
 
-class _Lookup:
+class ExpectedLookup:
     """What the inputs say of a ledger line, by its rollout_id, as a dict built from the expected
     lines in order would give it (the last of a doubled id), without holding them: in a ledger
     in order, the line at the same place; else the expected lines' index on disk."""
@@ -107,10 +107,10 @@ def _compare(
     the inputs name (`_line_faults`), and how many lines were judged.
 
     Past the ledger's last line, the first line out of place is the number of the line after it."""
-    lookup = _Lookup(expected)
+    lookup = ExpectedLookup(expected)
     faults = _Faults(ledger.path)
     out_of_place, problem, judged = 0, [], 0
-    wanted_lines = iter(expected)
+    wanted_lines = expected.stream()
     for seen in _judged(inputs, ledger):
         judged += 1
         wanted = next(wanted_lines, None)
