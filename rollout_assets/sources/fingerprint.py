@@ -127,6 +127,13 @@ def _artifact_of(cell_cache: str, size: int, mtime_ns: int) -> tuple[str | None,
     return string_or_none(artifact.get("runDir")), string_or_none(artifact.get("patchPath"))
 
 
+def forget_cell_artifacts() -> None:
+    """Let go of what the fingerprint remembers of each cell cache (one entry per cell): a
+    long-lived process (the sensor's) fingerprints rounds again and again and keeps it; a run
+    fingerprints its round once."""
+    _artifact_of.cache_clear()
+
+
 def _spelled_by_pathlib(path: str) -> str:
     """An absolute `path` as `str(Path(path))` spells it (the digest hashes that spelling, and a
     runDir may hold `//` or `/./`), without building a Path for one spelled so already."""
