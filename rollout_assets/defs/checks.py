@@ -65,6 +65,7 @@ class _RunRecounts:
         key = (context.run.run_id, str(out_dir), str(opencode_db), str(claude_projects))
         if self._inputs is None or self._inputs[0] != key:
             self._inputs = None  # the previous recount is not kept alive while the next one is built
+            return_freed_memory()  # of the steps before
             self._inputs = (
                 key, _frozen(lambda: audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects))
             )
@@ -74,6 +75,7 @@ class _RunRecounts:
         key = (context.run.run_id, str(ledger_path), *file_identity(ledger_path))
         if self._ledger is None or self._ledger[0] != key:
             self._ledger = None
+            return_freed_memory()
             self._ledger = (key, _frozen(lambda: audit.recount_ledger(ledger_path)))
         return self._ledger[1]
 
@@ -82,13 +84,11 @@ _RECOUNTS = _RunRecounts()
 
 
 def _inputs(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.InputsRecount:
-    return_freed_memory()  # of the steps before: every check starts here or in _ledger
     round_dir = locations.round_dir(context.partition_key)
     return _RECOUNTS.inputs(context, round_dir, locations.opencode.db_path, locations.claude.path)
 
 
 def _ledger(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.LedgerRecount:
-    return_freed_memory()
     return _RECOUNTS.ledger(context, locations.outputs(context.partition_key).ledger)
 
 
@@ -155,6 +155,7 @@ def every_gap_is_warranted(
     line joined to a transcript names a file of its worktree's project folder that starts
     inside the shot's window."""
     inputs, ledger = _inputs(context, locations), _ledger(context, locations)
+    return_freed_memory()  # the one verdict that counts rows of its own (the store's sessions)
     return _result(audit.gaps_warranted_verdict(inputs, ledger), context.partition_key)
 
 

@@ -18,7 +18,6 @@ from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.errors import RoundError
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT
 from rollout_assets.stages import RoundOutputs, write_rollout_stats
-from rollout_assets.stages.memory import return_freed_memory
 
 
 def stats_table(stats: dict[str, Any]) -> str:
@@ -74,7 +73,6 @@ def _metadata(stats: BackfillStats, outputs: RoundOutputs, fingerprint: str | No
 def rollout_stats(context: AssetExecutionContext, locations: RoundLocations) -> MaterializeResult:
     """The counters of one round's ledger, per role and per gap reason."""
     key = context.partition_key
-    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
     refuse_unless_ledger_checks_passed(context.instance, key, "writing stats")
