@@ -1,9 +1,10 @@
 """Where a Dagster materialization's memory goes: each step's peak, from one sampled run.
 
-    DAGSTER_HOME=... ROLLOUT_ROUNDS_ROOT=... python bench/step_memory.py ROUND
+    DAGSTER_HOME=... ROLLOUT_ROUNDS_ROOT=... python bench/step_memory.py ROUND [SELECTION]
 
 Runs `dagster asset materialize --select group:rounds --partition ROUND` (the command
-bench/bench.py measures; the partition must exist on the instance), samples the PSS of its
+bench/bench.py measures; the partition must exist on the instance; SELECTION replaces
+`group:rounds`, e.g. "group:rounds or group:training" for what the round job runs), samples the PSS of its
 whole process tree every 20 ms, then reads the run's STEP_START and STEP_SUCCESS (or
 STEP_FAILURE) events and prints, as JSON, the memory at the run's first step and each step's
 memory at its start and its peak. Samples between steps count for no step: they show in
@@ -60,9 +61,9 @@ def step_spans(round_key: str) -> tuple[list[tuple[str, float, float]], float]:
     return spans, spans[0][1]
 
 
-def main(round_key: str) -> None:
+def main(round_key: str, selection: str = "group:rounds") -> None:
     command = [str(BIN / "dagster"), "asset", "materialize", "-m", "rollout_assets.definitions",
-               "--select", "group:rounds", "--partition", round_key]
+               "--select", selection, "--partition", round_key]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=PROJECT)
     sampler = TimelineSampler(process.pid)
     sampler.start()
@@ -91,4 +92,4 @@ def main(round_key: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
