@@ -18,10 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from dagster import DagsterEventType, DagsterInstance, RunsFilter
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import BIN, PROJECT, _tree_pss_kib  # noqa: E402 (the bench's own sampling, from this folder)
+from step_times import step_spans  # noqa: E402
 
 
 class TimelineSampler(threading.Thread):
@@ -41,26 +40,6 @@ class TimelineSampler(threading.Thread):
         self.join()
 
 
-def step_spans(round_key: str) -> tuple[list[tuple[str, float, float]], float]:
-    """Each step's (key, start, end) in the order the steps started, and the first step's start."""
-    instance = DagsterInstance.get()
-    runs = instance.get_runs(filters=RunsFilter(tags={"dagster/partition": round_key}), limit=1)
-    if not runs:
-        raise SystemExit(f"no run of round {round_key} on this instance")
-    started: dict[str, float] = {}
-    spans = []
-    for entry in instance.all_logs(runs[0].run_id):
-        event = entry.dagster_event
-        if event is None or entry.step_key is None:
-            continue
-        if event.event_type == DagsterEventType.STEP_START:
-            started[entry.step_key] = entry.timestamp
-        elif event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
-            spans.append((entry.step_key, started[entry.step_key], entry.timestamp))
-    spans.sort(key=lambda span: span[1])
-    return spans, spans[0][1]
-
-
 def main(round_key: str, selection: str = "group:rounds") -> None:
     command = [str(BIN / "dagster"), "asset", "materialize", "-m", "rollout_assets.definitions",
                "--select", selection, "--partition", round_key]
@@ -71,7 +50,8 @@ def main(round_key: str, selection: str = "group:rounds") -> None:
     sampler.stop()
     if status != 0:
         raise SystemExit(f"{' '.join(command)} failed with exit code {status}")
-    spans, first_start = step_spans(round_key)
+    spans, _ = step_spans(round_key)
+    first_start = spans[0][1]
 
     def mib(kib: float) -> int:
         return round(kib / 1024)

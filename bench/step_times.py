@@ -19,14 +19,16 @@ from rollout_assets.defs.checks import ROUND_CHECKS
 CHECK_STEPS = frozenset(checks.node_def.name for checks in ROUND_CHECKS)
 
 
-def main(round_key: str) -> None:
+def step_spans(round_key: str) -> tuple[list[tuple[str, float, float]], float]:
+    """Each step's (key, start, end) of the latest run of `round_key`, in the order the steps
+    started, and the run's span from its first event to its last."""
     instance = DagsterInstance.get()
     runs = instance.get_runs(filters=RunsFilter(tags={"dagster/partition": round_key}), limit=1)
     if not runs:
         raise SystemExit(f"no run of round {round_key} on this instance")
     logs = instance.all_logs(runs[0].run_id)
     started: dict[str, float] = {}
-    steps: list[tuple[float, str, float]] = []
+    spans: list[tuple[str, float, float]] = []
     for entry in logs:
         event = entry.dagster_event
         if event is None or entry.step_key is None:
@@ -34,11 +36,16 @@ def main(round_key: str) -> None:
         if event.event_type == DagsterEventType.STEP_START:
             started[entry.step_key] = entry.timestamp
         elif event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
-            begin = started[entry.step_key]
-            steps.append((begin, entry.step_key, entry.timestamp - begin))
-    seconds_by_step = {key: round(seconds, 2) for _, key, seconds in sorted(steps)}
+            spans.append((entry.step_key, started[entry.step_key], entry.timestamp))
+    spans.sort(key=lambda span: span[1])
+    return spans, logs[-1].timestamp - logs[0].timestamp
+
+
+def main(round_key: str) -> None:
+    spans, run_s = step_spans(round_key)
+    seconds_by_step = {key: round(end - start, 2) for key, start, end in spans}
     print(json.dumps({
-        "run_s": logs[-1].timestamp - logs[0].timestamp,
+        "run_s": run_s,
         "steps": seconds_by_step,
         "checks": [key for key in seconds_by_step if key in CHECK_STEPS],
     }))
