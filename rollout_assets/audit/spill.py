@@ -158,16 +158,8 @@ class SpilledRows:
         for (record,) in self._query("SELECT record FROM rows ORDER BY n"):
             yield make(*marshal.loads(record))
 
-    def __getitem__(self, index: int) -> Any:
-        if not 0 <= index < self._count:
-            raise IndexError(index)
-        (record,) = self._query("SELECT record FROM rows ORDER BY n LIMIT 1 OFFSET ?", (index,)).fetchone()
-        return self.make(*marshal.loads(record))
-
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, SpilledRows):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        if isinstance(other, list):
+        if isinstance(other, (SpilledRows, list)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
@@ -260,9 +252,6 @@ class SpilledMapping:
 
     def items(self) -> Iterator[tuple[str, Any]]:
         return iter(dict(iter(self.rows)).items())
-
-    def __len__(self) -> int:
-        return len(dict(self.items()))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SpilledMapping):

@@ -21,6 +21,16 @@ def schemas() -> dict[str, pa.Schema]:
     (as the Dagster definitions do) does not import pyarrow."""
     import pyarrow as pa
 
+    messages, tools = _chat_types(pa)
+    return {
+        "sft_rows": _sft_schema(pa, messages, tools),
+        "preference_pairs": _pair_schema(pa, messages),
+        "grpo_groups": _group_schema(pa, messages),
+    }
+
+
+def _chat_types(pa: Any) -> tuple[pa.DataType, pa.DataType]:
+    """The message list and the tool list every dataset shares (OpenAI chat form)."""
     tool_call = pa.struct(
         [
             ("id", pa.string()),
@@ -38,7 +48,6 @@ def schemas() -> dict[str, pa.Schema]:
             ("name", pa.string()),
         ]
     )
-    messages = pa.list_(message)
     tool = pa.struct(
         [
             ("type", pa.string()),
@@ -48,6 +57,10 @@ def schemas() -> dict[str, pa.Schema]:
             ),
         ]
     )
+    return pa.list_(message), pa.list_(tool)
+
+
+def _sft_schema(pa: Any, messages: pa.DataType, tools: pa.DataType) -> pa.Schema:
     line_metadata = pa.struct(
         [
             ("rollout_id", pa.string()),
@@ -62,15 +75,18 @@ def schemas() -> dict[str, pa.Schema]:
             ("model", pa.string()),
         ]
     )
-    sft_schema = pa.schema(
+    return pa.schema(
         [
             ("messages", messages),
-            ("tools", pa.list_(tool)),
+            ("tools", tools),
             ("tokens", pa.int64()),
             ("n_messages", pa.int64()),
             ("metadata", line_metadata),
         ]
     )
+
+
+def _pair_schema(pa: Any, messages: pa.DataType) -> pa.Schema:
     pair_metadata = pa.struct(
         [
             ("round", pa.string()),
@@ -83,7 +99,7 @@ def schemas() -> dict[str, pa.Schema]:
             ("rejected_reward", pa.float64()),
         ]
     )
-    pair_schema = pa.schema(
+    return pa.schema(
         [
             ("prompt", messages),
             ("chosen", messages),
@@ -92,10 +108,13 @@ def schemas() -> dict[str, pa.Schema]:
             ("metadata", pair_metadata),
         ]
     )
+
+
+def _group_schema(pa: Any, messages: pa.DataType) -> pa.Schema:
     group_metadata = pa.struct(
         [("round", pa.string()), ("run_id", pa.string()), ("role", pa.string()), ("instance_id", pa.string())]
     )
-    group_schema = pa.schema(
+    return pa.schema(
         [
             ("prompt", messages),
             ("completions", pa.list_(messages)),
@@ -104,7 +123,6 @@ def schemas() -> dict[str, pa.Schema]:
             ("metadata", group_metadata),
         ]
     )
-    return {"sft_rows": sft_schema, "preference_pairs": pair_schema, "grpo_groups": group_schema}
 
 
 def arrow_tool(tool: dict[str, Any]) -> dict[str, Any]:
