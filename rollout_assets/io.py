@@ -34,6 +34,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, Self
 
@@ -262,6 +263,21 @@ def round_half_up(value: float) -> int:
 # ---------------------------------------------------------------------------
 
 
+def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """The file `write` writes into a temp file beside `path`, synced, then renamed over `path`:
+    a reader sees the old file or the whole new one, and a failure leaves no temp file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        with open(temp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
 def write_json_atomic(path: Path, value: Any) -> None:
     """One JSON document, replaced atomically (temp file + rename) like every other output.
 
@@ -269,17 +285,8 @@ def write_json_atomic(path: Path, value: Any) -> None:
     input): UTF-8 cannot carry one, so that document is written with ASCII escapes, as a
     ledger line is. The JSON value is the same either way.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     data = to_indented_json(value, allow_nan=False).encode("utf-8")
-    try:
-        with open(temp, "wb") as handle:
-            handle.write(data + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+    write_atomically(path, lambda handle: handle.write(data + b"\n"))
 
 
 def read_json_file(path: Path) -> Any:

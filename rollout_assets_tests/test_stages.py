@@ -361,3 +361,22 @@ def test_cells_stage_refuses_a_round_whose_cells_changed_since_the_manifest(tmp_
     with pytest.raises(RoundInputError, match="changed while the round was being read"):
         write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=1)
     assert not outputs.campaign_cells.exists()
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"cells": [{"scenarioId": f"django__django-{n}", "cost": n / 7, "note": "é ✓"} for n in range(3_000)]},
+        {"cells": [{"scenarioId": "torn \ud800 escape"}], "empty": [], "nested": {}},  # a lone surrogate
+    ],
+    ids=["non-ascii", "lone-surrogate"],
+)
+def test_the_manifest_is_streamed_as_the_same_bytes_as_any_json_output(tmp_path: Path, document: dict) -> None:
+    from rollout_assets.io import write_json_atomic
+    from rollout_assets.stages.json_file import write_json_streaming
+
+    write_json_atomic(tmp_path / "whole.json", document)
+    write_json_streaming(tmp_path / "streamed.json", document)
+
+    assert (tmp_path / "streamed.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["streamed.json", "whole.json"]

@@ -7,9 +7,10 @@ manifest of a 48,000-cell round, over a hundred MB)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from rollout_assets.io import write_atomically
 
 _BUFFER = 1 << 20
 
@@ -31,18 +32,13 @@ def _write_encoded(handle: Any, value: Any, *, ensure_ascii: bool) -> None:
 
 def write_json_streaming(path: Path, value: Any) -> None:
     """`value` as `io.write_json_atomic` writes it, encoded piece by piece into the temp file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-    try:
-        with open(temp, "wb") as handle:
-            try:
-                _write_encoded(handle, value, ensure_ascii=False)
-            except UnicodeEncodeError:
-                handle.seek(0)
-                handle.truncate()
-                _write_encoded(handle, value, ensure_ascii=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+
+    def write(handle: BinaryIO) -> None:
+        try:
+            _write_encoded(handle, value, ensure_ascii=False)
+        except UnicodeEncodeError:
+            handle.seek(0)
+            handle.truncate()
+            _write_encoded(handle, value, ensure_ascii=True)
+
+    write_atomically(path, write)
