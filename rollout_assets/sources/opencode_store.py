@@ -347,25 +347,25 @@ def _copy_bytes(source: str, descriptor: int, target: Path) -> None:
         raise StoreUnavailable(f"{source}: {error.strerror or error}") from None
 
 
-def _state(descriptor: int, wal: str) -> tuple[object, ...]:
+def _state(descriptor: int, sibling: str) -> tuple[object, ...]:
     """What changes when a writer touches the store: the database file's identity, size and
     modification time, and its -wal's or -journal's (with its header: a WAL's salts change when
     it restarts)."""
     database = os.fstat(descriptor)
     try:
-        with open(wal, "rb") as handle:
-            wal_stat = os.fstat(handle.fileno())
-            wal_state: tuple[object, ...] = (
-                wal_stat.st_ino,
-                wal_stat.st_size,
-                wal_stat.st_mtime_ns,
+        with open(sibling, "rb") as handle:
+            sibling_stat = os.fstat(handle.fileno())
+            sibling_state: tuple[object, ...] = (
+                sibling_stat.st_ino,
+                sibling_stat.st_size,
+                sibling_stat.st_mtime_ns,
                 handle.read(32),
             )
     except FileNotFoundError:
-        wal_state = ()
+        sibling_state = ()
     except OSError as error:
-        raise StoreUnavailable(f"{wal}: {error.strerror or error}") from None
-    return (database.st_ino, database.st_size, database.st_mtime_ns, wal_state)
+        raise StoreUnavailable(f"{sibling}: {error.strerror or error}") from None
+    return (database.st_ino, database.st_size, database.st_mtime_ns, sibling_state)
 
 
 def _shared_lock(descriptor: int) -> bool:
