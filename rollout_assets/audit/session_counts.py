@@ -266,3 +266,16 @@ def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = Non
             row = _assistant_parts(rows, row, tally, how)
     _read_to(messages, sessions, _NO_MESSAGE)  # the rows of messages after the last one with parts
     return sessions
+
+
+def add_tallies(into: dict[Any, Tally], tallies: dict[Any, Tally]) -> None:
+    """Add the tallies of other spans to `into`, as session_counts' docstring says they add up."""
+    for session_id, tally in tallies.items():
+        known = into.get(session_id)
+        if known is None:
+            into[session_id] = tally
+        else:
+            known[ROWS] += tally[ROWS]
+            known[SYSTEM] = known[SYSTEM] or tally[SYSTEM]
+            known[NARROW] += tally[NARROW]
+            known[MADE] += tally[MADE]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from rollout_assets.audit.session_counts import MADE, NARROW, ROWS, SYSTEM, Span, Tally, session_counts
+from rollout_assets.audit.session_counts import MADE, NARROW, ROWS, SYSTEM, Span, Tally, add_tallies, session_counts
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -298,18 +298,6 @@ def _spans(copy_path: Any, wanted: list[str], workers: int) -> list[tuple[str, S
     return [(every, (lower, upper)) for lower, upper in zip(bounds, bounds[1:])]
 
 
-def _add(into: dict[Any, Tally], tallies: dict[Any, Tally]) -> None:
-    for session_id, tally in tallies.items():
-        known = into.get(session_id)
-        if known is None:
-            into[session_id] = tally
-        else:
-            known[ROWS] += tally[ROWS]
-            known[SYSTEM] = known[SYSTEM] or tally[SYSTEM]
-            known[NARROW] += tally[NARROW]
-            known[MADE] += tally[MADE]
-
-
 def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
     """The tallies of `wanted` (sorted), their reading and JSON parsing spread over the cores
     (the parts give the same tallies as one pass: sessions, and messages, are counted apart)."""
@@ -327,7 +315,7 @@ def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
             later = [pool.submit(_counted, copy_path, *part) for part in work[1:]]
             tallies = _counted(copy_path, *work[0])
             for future in later:
-                _add(tallies, future.result())
+                add_tallies(tallies, future.result())
     finally:
         gc.unfreeze()
     return tallies
