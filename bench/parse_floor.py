@@ -23,21 +23,25 @@ from pathlib import Path
 _SLUG = re.compile(r"[^A-Za-z0-9-]")
 
 
-def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
-    out = Path(os.path.abspath(out_dir))
-    parsed_bytes = 0
-    documents = 0
-    cwds: list[str] = []
+class _Parser:
+    """Parses documents with the standard module, counting them and their bytes."""
 
-    def parse(raw: bytes):
-        nonlocal parsed_bytes, documents
-        parsed_bytes += len(raw)
-        documents += 1
+    def __init__(self) -> None:
+        self.parsed_bytes = self.documents = 0
+
+    def __call__(self, raw: bytes):
+        self.parsed_bytes += len(raw)
+        self.documents += 1
         try:
             return json.loads(raw)
         except ValueError:
             return None
 
+
+def _round_files(out: Path, parse: _Parser) -> list[str]:
+    """The improve run's files, every cell cache and its run folder's judge.json and
+    result.json; the worker cwds the result.json files list."""
+    cwds: list[str] = []
     improve = out / "improve-run"
     for extra in (improve / "loop-provenance.json",):
         if extra.is_file():
@@ -61,7 +65,11 @@ def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
                 if name == "result.json" and isinstance(value, dict):
                     listed = (value.get("recoveredSpend") or {}).get("workerCwds") or []
                     cwds += [cwd for cwd in listed if isinstance(cwd, str)]
+    return cwds
 
+
+def _sessions(opencode_db: str, cwds: list[str], parse: _Parser) -> None:
+    """The message and part rows of every session of `cwds`."""
     connection = sqlite3.connect(f"file:{opencode_db}?mode=ro", uri=True)
     wanted = set(cwds)
     # One pass over the session table (`directory` has no index), then each session's rows.
@@ -75,6 +83,9 @@ def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
             parse(data.encode() if isinstance(data, str) else data)
     connection.close()
 
+
+def _proposer_files(out: Path, claude_projects: str, parse: _Parser) -> None:
+    """The shot receipts and every Claude transcript of their worktrees."""
     shots = out / "proposer-shots"
     worktrees: set[str] = set()
     for receipt in sorted(shots.glob("*.json")) + sorted(shots.glob("*/*.json")):
@@ -89,7 +100,15 @@ def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
                 for line in handle:
                     if line.strip():
                         parse(line)
-    print(json.dumps({"bytes": parsed_bytes, "documents": documents}))
+
+
+def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
+    out = Path(os.path.abspath(out_dir))
+    parse = _Parser()
+    cwds = _round_files(out, parse)
+    _sessions(opencode_db, cwds, parse)
+    _proposer_files(out, claude_projects, parse)
+    print(json.dumps({"bytes": parse.parsed_bytes, "documents": parse.documents}))
 
 
 def ledger_floor(ledger: str) -> None:
