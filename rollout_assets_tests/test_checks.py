@@ -628,7 +628,7 @@ def test_inputs_recount_on_several_processes_equals_one_pass(
     parts = audit.recount_inputs(out_dir, layout.opencode_db, workers=workers)
 
     assert parts == one
-    assert len(one.cells_without_worker_list) == 2 and one.session_ids
+    assert len(one.cells_without_worker_list) == 2 and one.tally("session_ids")
 
 
 def test_worker_list_check_warns_without_failing_the_run(tmp_path: Path) -> None:
@@ -990,7 +990,7 @@ def test_a_worker_cwd_that_is_not_utf8_is_matched_as_the_join_binds_it(tmp_path:
         ("/clones/v\ufffd", "opencode:ses_utf8"),
     ]
     inputs = audit.recount_inputs(out_dir, store)
-    assert inputs.session_ids == ["ses_utf8"]
+    assert inputs.tally("session_ids") == {"ses_utf8": 1}
     assert audit_workers(out_dir, ledger, store).passed
     assert audit_inputs_match(out_dir, ledger, store).passed
 
@@ -1013,7 +1013,7 @@ AUDIT_AS_NOBODY = (
     except Exception as error:
         print(json.dumps([type(error).__name__, str(error)]))
     else:
-        print(json.dumps(["no error", len(recount.cells), len(recount.receipts)]))
+        print(json.dumps(["no error", len(recount.tally("cells")), len(recount.receipts)]))
     """
     )
 )
@@ -1046,7 +1046,7 @@ def test_audit_refuses_a_round_folder_it_cannot_look_into(
         for name in ("c0", "c1"):
             write_cell(campaign, name, cell(f"x__x-{name}", 0))
     write_json(out_dir / "proposer-shots" / "gen0-cand0-shot0.json", {"receipt": {}})
-    assert audit.recount_inputs(out_dir, None).cells.total() == 4
+    assert audit.recount_inputs(out_dir, None).tally("cells").total() == 4
     (out_dir / closed).chmod(mode)
 
     result = run_unprivileged(AUDIT_AS_NOBODY, str(out_dir))
@@ -1337,6 +1337,36 @@ def test_count_checks_fail_with_file_and_line_on_a_line_missing_its_fields(
     assert outcome.sample == [f"{ledger}:2: no field role"]
 
 
+@pytest.mark.parametrize(
+    ("audit_ledger", "role", "path"),
+    [
+        (lambda out_dir, ledger, demo: audit_supervisors(out_dir, ledger), "supervisor", ("task", "instance_id")),
+        (
+            lambda out_dir, ledger, demo: audit_workers(out_dir, ledger, demo.opencode_db),
+            "worker",
+            ("outcome", "metrics", "worker_cwd"),
+        ),
+        (lambda out_dir, ledger, demo: audit_proposers(out_dir, ledger), "proposer", ("task", "rep")),
+    ],
+    ids=["supervisors", "workers", "proposers"],
+)
+def test_count_checks_fail_with_file_and_line_on_a_key_that_is_a_list(
+    tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, audit_ledger, role: str, path: tuple[str, ...]
+) -> None:
+    """A field a count check keys its tally by holds a list: no key, so that check proves
+    nothing and says which line (its tally is kept on disk, where a list would fit)."""
+    broken = copy.deepcopy(lines)
+    index = next(i for i, line in enumerate(broken) if line["role"] == role)
+    holder = broken[index]
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = [holder[path[-1]]]
+    ledger = _ledger(tmp_path, broken)
+    outcome = audit_ledger(out_dir, ledger, demo)
+    assert outcome.passed is False
+    assert outcome.sample == [f"{ledger}:{index + 1}: a field of the wrong type"]
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_ledger_recount_on_several_processes_equals_one_pass(
     tmp_path: Path, lines: list[Line], out_dir: Path, demo: DemoLayout, workers: int
@@ -1373,6 +1403,7 @@ def test_ledger_recount_on_several_processes_equals_one_pass(
         name: str(error) for name, error in one.unreadable.items()
     }
     assert (parts.lines, parts.parents, parts.line_problems) == (one.lines, one.parents, one.line_problems)
+    assert parts.keys == one.keys and len(one.keys) > len(lines)
     assert str(one.unreadable["stats"]) == f"{ledger}:4: no field messages"
 
 

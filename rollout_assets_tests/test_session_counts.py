@@ -1,6 +1,6 @@
 """The audit's count of the messages a session's rows make does not depend on how the rows are
 read: in one process or several, the sessions found by the session index or every message read
-in runs of ids (audit/session_counts.py, audit/stores.py)."""
+in runs of ids (audit/session_counts.py, audit/store_counts.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rollout_assets.audit import session_counts, store_counts
 from rollout_assets.audit import stores as audit_stores
 from rollout_assets_tests.builders import session, write_opencode_db
 
@@ -73,9 +74,9 @@ def _rows(seed: int) -> tuple[list[str], list[dict[str, Any]], list[dict[str, An
 
 def _counts(db: Path, names: list[str], wanted: set[str]) -> dict[str, tuple[int, int, int]]:
     reading = audit_stores.read_store(db, {f"/wt/{name}" for name in names})
-    counts = audit_stores.session_rows(reading, wanted)
+    counts = store_counts.session_rows(reading, wanted)
     assert not isinstance(counts, str)
-    return counts
+    return counts.items()
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -95,9 +96,12 @@ def test_every_plan_and_split_counts_the_same(
     wanted_sets = [set(names), set(names[::3]) | {"ses_none"}]
 
     results = []
-    for cores in (1, 3):
-        monkeypatch.setattr(audit_stores.os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
-        monkeypatch.setattr(audit_stores, "_PARALLEL_MIN_SESSIONS", 0)
+    monkeypatch.setattr(store_counts, "_PARALLEL_MIN_SESSIONS", 0)
+    # Tallies handed on after every message: a session's add up over the flushes, and the
+    # processes, as when they are held to the end.
+    for cores, flush_at in ((1, 2_048), (3, 2_048), (1, 1), (3, 1)):
+        monkeypatch.setattr(store_counts.os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
+        monkeypatch.setattr(session_counts, "FLUSH_AT", flush_at)
         for db in (whole, shared):
             results.append([_counts(db, names, wanted) for wanted in wanted_sets])
 

@@ -15,6 +15,7 @@ taken in the same pass); each check's verdict is then a comparison of the two.
     cells.py         the campaigns' cells and the worker cwds their result.json lists
     stores.py        the opencode store's sessions, by the audit's own SQL on its private copy
     session_counts.py  the one grouped count of the messages each session's rows make
+    store_counts.py  that count over the claimed sessions, spread over processes, kept on disk
     shots.py         the proposer receipts and their candidate transcript files
     inputs.py        recount_inputs: everything the inputs say, every expected line
     ledger.py        recount_ledger: one pass over the ledger (LedgerRecount), in parts

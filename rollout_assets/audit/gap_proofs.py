@@ -38,7 +38,7 @@ from rollout_assets.audit.inputs_match import ExpectedLookup
 from rollout_assets.audit.ledger import LedgerRecount, SeenLine
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult
 from rollout_assets.audit.shot_proofs import ShotProofs
-from rollout_assets.audit.stores import session_rows
+from rollout_assets.audit.store_counts import ClaimedSessions
 from rollout_assets.audit.wording import (
     SUPERVISOR_GAP,
     SUPERVISOR_GAP_LIST_MISSING,
@@ -107,7 +107,9 @@ class _Claims:
         assert inputs.expected is not None and inputs.out_dir is not None
         self.inputs, self.ledger, self.expected = inputs, ledger, inputs.expected
         self.shots = ShotProofs(inputs.out_dir)
-        self.rows: dict[str, tuple[int, int, int]] | str = {}
+        self.rows = ClaimedSessions()  # the counted sessions' rows, on disk
+        self.uncounted: str | None = None  # why the claimed sessions' rows could not be counted
+        self.counts = _ByLine(iter(()))  # each claiming line's counts, in line order
 
     def walk(self) -> Iterator[_Claim]:
         """Every line with a gap, every proposer line with a transcript and every worker line
@@ -144,15 +146,22 @@ class _Claims:
 
     def count_claimed_sessions(self) -> None:
         """The rows of every session a line says is empty, and the messages the rows of every
-        joined worker line's session make, in one grouped count."""
-        claimed = {
-            self.worker(claim)[1]
+        joined worker line's session make, in one grouped count; then read beside the walk."""
+        claims = (
+            (claim.seen.lineno, self.worker(claim)[1])
             for claim in self.walk()
             if claim.kind in ("opencode_session_empty", JOINED_WORKER)
-        }
-        claimed.discard("-")
-        if claimed and self.inputs.store.readable:
-            self.rows = session_rows(self.inputs.store, claimed)
+        )
+        self.rows.claim_lines((lineno, session) for lineno, session in claims if session != "-")
+        if self.inputs.store.readable:
+            self.uncounted = self.rows.count(self.inputs.store)
+        self.counts = _ByLine(self.rows.by_line())
+
+    def session_counts(self, claim: _Claim) -> tuple[int, int, int]:
+        """(message rows, part rows that make a message, chat messages) of the line's session;
+        the lines are asked in ledger order."""
+        found = self.counts.get(claim.seen.lineno)
+        return (0, 0, 0) if found is None else found[1:]
 
     def problem(self, claim: _Claim) -> str | None:
         """What the inputs hold against the line's claim; None when they warrant it."""
@@ -211,7 +220,7 @@ class _Claims:
         seen, kind = claim.seen, claim.kind
         cwd, session = self.worker(claim)
         store, db = self.inputs.store, self.inputs.opencode_db
-        sessions = store.sessions.get(cwd, []) if isinstance(cwd, str) else []
+        sessions = self.inputs.sessions_of(cwd) if isinstance(cwd, str) else []
         if kind == "opencode_store_unavailable":
             named, cause = store_unavailable_cause(seen.gap, str(cwd))
             if not named:
@@ -237,9 +246,9 @@ class _Claims:
             return f"the gap does not name the line's opencode session {session}"
         if session not in sessions:
             return f"opencode session {session}: the store holds no such session of worker cwd {cwd}"
-        if isinstance(self.rows, str):
-            return f"opencode session {session}: the audit cannot count its rows ({self.rows})"
-        messages, parts, _ = self.rows.get(session, (0, 0, 0))
+        if self.uncounted is not None:
+            return f"opencode session {session}: the audit cannot count its rows ({self.uncounted})"
+        messages, parts, _ = self.session_counts(claim)
         if messages and parts:
             return (
                 f"opencode session {session}: the store holds {messages} message row(s) of it,"
@@ -247,19 +256,20 @@ class _Claims:
             )
         return None
 
-
     def joined_worker_problem(self, claim: _Claim) -> str | None:
         """A worker line holding messages holds as many as its session's rows make."""
         cwd, session = self.worker(claim)
         store, db = self.inputs.store, self.inputs.opencode_db
         if not store.readable:
             return f"worker cwd {cwd}: the audit cannot read the opencode store {db} ({store.why}), so it proves nothing of it"
-        if isinstance(self.rows, str):
-            return f"opencode session {session}: the audit cannot count its rows ({self.rows})"
+        if self.uncounted is not None:
+            return f"opencode session {session}: the audit cannot count its rows ({self.uncounted})"
         held = claim.held
-        made = self.rows.get(session, (0, 0, 0))[2]
+        made = self.session_counts(claim)[2]
         if held != made:
-            return f"opencode session {session}: the line holds {held} message(s), the store's rows make {made}"
+            return (
+                f"opencode session {session}: the line holds {held} message(s), the store's rows make {made}"
+            )
         return None
 
 
@@ -273,17 +283,22 @@ def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> Audi
     if inputs.expected is None or inputs.claude_projects is None:
         raise ValueError("the inputs were recounted without the opencode store or the Claude projects folder")
     checker = _Claims(inputs, ledger)
-    checker.count_claimed_sessions()
     kinds: Counter[str] = Counter()
     unwarranted: Counter[str] = Counter()
     problems = []
-    for claim in checker.walk():
-        kinds[claim.kind] += 1
-        problem = checker.problem(claim)
-        if problem is not None:
-            unwarranted[claim.kind] += 1
-            if len(problems) < SAMPLE_SIZE:
-                problems.append(f"{ledger.path}:{claim.seen.lineno}: rollout_id {claim.seen.rollout_id}: {problem}")
+    try:
+        checker.count_claimed_sessions()
+        for claim in checker.walk():
+            kinds[claim.kind] += 1
+            problem = checker.problem(claim)
+            if problem is not None:
+                unwarranted[claim.kind] += 1
+                if len(problems) < SAMPLE_SIZE:
+                    problems.append(
+                        f"{ledger.path}:{claim.seen.lineno}: rollout_id {claim.seen.rollout_id}: {problem}"
+                    )
+    finally:
+        checker.rows.close()
     claims = sum(kinds.values())
     return AuditResult(
         passed=not unwarranted,

@@ -4,6 +4,7 @@ should produce, in ledger order (`ExpectedLine`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections import Counter
@@ -62,14 +63,16 @@ class ExpectedLine(NamedTuple):
 class InputsRecount:
     """Everything the round's inputs say the ledger must account for, read once."""
 
-    cells: Counter[tuple[str, str, int]]  # (candidate, scenario, rep): one supervisor line each
-    worker_cwds: set[str]  # every worker cwd some result.json lists
+    # What the counting checks compare, as (key,) records labeled with their tally, on disk
+    # (`tally` builds a Counter when a verdict asks): "cells", (candidate, scenario, rep) of
+    # each cell, one supervisor line each; "worker_cwds", every worker cwd some result.json
+    # lists; "session_ids", the opencode sessions of those cwds, once per cell listing the cwd.
+    keys: SpilledRows
     cells_without_worker_list: list[
         str
     ]  # cells whose workers ran but cannot be listed (see cells._supervisor_gap)
     receipts: Counter[tuple[str, int]]  # (instance_id, shot): one proposer line each
     store_readable: bool
-    session_ids: list[str]  # the opencode sessions of those cwds
     run_id: str  # the run_id of every line
     # Every line, in ledger order, on disk and keyed by its rollout_id; None when the recount
     # was taken without the opencode store.
@@ -80,9 +83,21 @@ class InputsRecount:
     out_dir: Path | None = None
     opencode_db: Path | None = None
     claude_projects: Path | None = None
+    # The store as the audit read it, without its sessions, which are on disk instead
+    # (`sessions_of`): each worker cwd with a session, its sessions' ids (oldest first).
     store: StoreReading = field(default_factory=lambda: StoreReading(False))
+    cwd_sessions: SpilledMapping = field(default_factory=SpilledMapping)
     supervisor_cells: SpilledMapping = field(default_factory=SpilledMapping)  # on disk: one per cell
     shots: dict[str, ProposerWorktree] = field(default_factory=dict)
+
+    def tally(self, name: str) -> Counter[Any]:
+        """The keys of one tally ("cells", "worker_cwds" or "session_ids"), each as often as counted."""
+        assert name in ("cells", "worker_cwds", "session_ids")
+        return Counter(key for (key,) in self.keys.labeled(name))
+
+    def sessions_of(self, cwd: str) -> list[str]:
+        """The ids of the sessions of a worker cwd the store holds, oldest first."""
+        return list(self.cwd_sessions.get(cwd, ()))
 
 
 def recount_inputs(
@@ -98,31 +113,44 @@ def recount_inputs(
     cells = recount_cells(out_dir, workers)
     worker_cwds = {cwd for _, cwds, _ in cells.in_order for cwd in cwds}
     store = read_store(opencode_db, worker_cwds) if opencode_db is not None else StoreReading(False)
-    sessions = store.sessions
     receipts = list(shot_receipts(out_dir))
-    run_id = _run_id(out_dir)
     recount = InputsRecount(
-        cells=Counter((cell.candidate_id, cell.scenario_id, cell.rep) for cell, _, _ in cells.in_order),
-        worker_cwds=worker_cwds,
+        keys=_keys(cells, worker_cwds, store.sessions),
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store.readable,
-        # once per cell listing the session's cwd: two cells listing one cwd both get its lines
-        session_ids=[
-            session for _, cwds, _ in cells.in_order for cwd in cwds for session in sessions.get(cwd, [])
-        ],
-        run_id=run_id,
+        run_id=_run_id(out_dir),
         out_dir=out_dir,
         opencode_db=opencode_db,
         claude_projects=claude_projects,
-        store=store,
+        store=dataclasses.replace(store, sessions={}),
     )
+    del worker_cwds
     if opencode_db is not None:
         worktrees = assign_joins(out_dir, proposer_worktrees(out_dir, receipts, claude_projects))
         recount.expected = SpilledRows(ExpectedLine)
-        for line in itertools.chain(_cell_lines(recount, cells), _proposer_lines(recount, cells, worktrees)):
+        lines = itertools.chain(
+            _cell_lines(recount, cells, store.sessions), _proposer_lines(recount, cells, worktrees)
+        )
+        for line in lines:
             recount.expected.append(line, key=line.rollout_id)
+        for cwd, sessions in store.sessions.items():
+            recount.cwd_sessions[cwd] = tuple(sessions)
     return recount
+
+
+def _keys(cells: CellsRecount, worker_cwds: set[str], sessions: dict[str, list[str]]) -> SpilledRows:
+    keys = SpilledRows()
+    for cell, _, _ in cells.in_order:
+        keys.append(((cell.candidate_id, cell.scenario_id, cell.rep),), label="cells")
+    for cwd in worker_cwds:
+        keys.append((cwd,), label="worker_cwds")
+    # once per cell listing the session's cwd: two cells listing one cwd both get its lines
+    for _, cwds, _ in cells.in_order:
+        for cwd in cwds:
+            for session in sessions.get(cwd, ()):
+                keys.append((session,), label="session_ids")
+    return keys
 
 
 def _run_id(out_dir: Path) -> str:
@@ -148,8 +176,10 @@ def _run_id(out_dir: Path) -> str:
 # gap may be.
 
 
-def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> Iterator[ExpectedLine]:
-    run_id, store_readable, sessions = recount.run_id, recount.store.readable, recount.store.sessions
+def _cell_lines(
+    recount: InputsRecount, cells: CellsRecount, sessions: dict[str, list[str]]
+) -> Iterator[ExpectedLine]:
+    run_id, store_readable = recount.run_id, recount.store.readable
     for cell, cwds, supervisor_gap in cells.in_order:
         supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))

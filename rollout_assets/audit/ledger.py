@@ -57,6 +57,11 @@ def _why_invalid(error: ValueError) -> str:
 
 # The audits that count ledger lines; each fails alone on a line it cannot read.
 _COUNTING_AUDITS = ("supervisors", "workers", "proposers", "stats")
+# The keys they count: (candidate_id, instance_id, rep) of each supervisor line, each worker
+# line's cwd and opencode session, (instance_id, rep) of each proposer line.
+_TALLIES = ("supervisors", "worker_cwds", "worker_sessions", "proposers")
+# The recount's fields kept on disk, appended part after part.
+_SPILLED = ("keys", "sequence", "claim_subjects", "worker_message_counts")
 
 
 class SeenLine(NamedTuple):
@@ -82,11 +87,9 @@ class LedgerRecount:
 
     path: Path = field(metadata=KEEP)  # the ledger: every part's is the same
     lines: int = 0
-    # the counting audits' tallies
-    supervisors: Counter[tuple[Any, ...]] = field(default_factory=Counter)
-    worker_cwds: set[Any] = field(default_factory=set)
-    worker_sessions: Counter[str] = field(default_factory=Counter)
-    proposers: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    # The counting audits' keys, as (key,) records labeled with the tally they count for
+    # (_TALLIES), on disk: a Counter each is built when a verdict asks (`tally`).
+    keys: SpilledRows = field(default_factory=SpilledRows, metadata=KEEP)
     by_role: Counter[Any] = field(default_factory=Counter)
     full_transcripts: int = 0
     gap_lines: int = 0
@@ -123,8 +126,13 @@ class LedgerRecount:
     def merge(self, later: LedgerRecount) -> None:
         """Add the recount of the part that follows: its tallies, and its lines after these."""
         merge_counters(self, later)
-        for name in ("sequence", "claim_subjects", "worker_message_counts"):
+        for name in _SPILLED:
             getattr(self, name).extend(getattr(later, name))
+
+    def tally(self, name: str) -> Counter[Any]:
+        """The keys counted for one tally of _TALLIES, each as often as the lines gave it."""
+        assert name in _TALLIES
+        return Counter(key for (key,) in self.keys.labeled(name))
 
     @property
     def parents(self) -> list[tuple[int, str]]:
@@ -191,22 +199,25 @@ class LedgerRecount:
         except TypeError:  # a field holding a list or object where a key is expected
             self.unreadable[audit] = MalformedLedgerLine(f"{line.where}: a field of the wrong type")
 
+    def _count(self, name: str, key: Any) -> None:
+        hash(key)  # a key holding a list or object is no key: TypeError, as a Counter's would be
+        self.keys.append((key,), label=name)
+
     def _count_supervisor(self, line: _Line) -> None:
         if line.get("role") == "supervisor":
-            self.supervisors[
-                (line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))
-            ] += 1
+            task = (line.get("candidate_id"), line.get("task", "instance_id"), line.get("task", "rep"))
+            self._count("supervisors", task)
 
     def _count_worker(self, line: _Line) -> None:
         if line.get("role") == "worker":
-            self.worker_cwds.add(line.get("outcome", "metrics", "worker_cwd"))
+            self._count("worker_cwds", line.get("outcome", "metrics", "worker_cwd"))
             ref = line.get("artifacts", "transcript_ref")
             if isinstance(ref, str) and ref.startswith("opencode:"):
-                self.worker_sessions[ref.removeprefix("opencode:")] += 1
+                self._count("worker_sessions", ref.removeprefix("opencode:"))
 
     def _count_proposer(self, line: _Line) -> None:
         if line.get("role") == "proposer":
-            self.proposers[(line.get("task", "instance_id"), line.get("task", "rep"))] += 1
+            self._count("proposers", (line.get("task", "instance_id"), line.get("task", "rep")))
 
     def _count_for_stats(self, line: _Line) -> None:
         self.by_role[line.get("role")] += 1
@@ -328,6 +339,7 @@ def _recount_part(
     else:
         recount = LedgerRecount(
             ledger_path,
+            keys=SpilledRows(path=spill_folder / f"{start}-keys.sqlite"),
             sequence=SpilledRows(SeenLine, spill_folder / f"{start}-sequence.sqlite"),
             claim_subjects=SpilledRows(path=spill_folder / f"{start}-claims.sqlite"),
             worker_message_counts=SpilledRows(path=spill_folder / f"{start}-messages.sqlite"),
@@ -393,8 +405,8 @@ def recount_ledger(
             for future in later:
                 part = future.result()
                 recount.merge(part)
-                for rows in (part.sequence, part.claim_subjects, part.worker_message_counts):
-                    rows.close()
+                for name in _SPILLED:
+                    getattr(part, name).close()
     finally:
         gc.unfreeze()
     return recount

@@ -1,7 +1,7 @@
 """The audit's own count of the chat messages a session's rows make: one pass over the message
-rows and one over the part rows of any set of sessions, or of a run of message ids
-(`session_counts`, run by stores.session_rows, a run per process), each row's JSON parsed
-once, the tallies kept per session only.
+rows and one over the part rows of a run of the claimed sessions, or of a run of message ids
+(`session_counts`, run by store_counts.py, a run per process), each row's JSON parsed once,
+the tallies kept per session only, and only until they are handed on.
 
 Counted by opencode's rules for what it hands the model (docs/input-formats.md §4), written
 out here as row predicates, not taken from the reader:
@@ -31,7 +31,7 @@ reasoning text or a tool call with a call id.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
 
@@ -43,31 +43,48 @@ import orjson
 # Two plans give the same rows. When the wanted sessions are a small share of the store, their
 # messages are found by the session index and sorted (`None` for a span). When they are most of
 # it, the messages are read in the order of the id index, no sort, the `+` keeping the planner
-# off the session index (it drops only the column's affinity, which the text of the JSON list
-# does not need, and keeps its collation); a span (lower, upper)
-# then bounds them to the ids from the lower-th to before the upper-th (None: no bound), so
-# processes can each read their own run of the store. A NULL id sorts first and is in no range:
-# the first span reads those apart (no part row is ever of them: NULL is IN no list).
-_WANTED = "(SELECT value FROM json_each(:wanted))"
+# off the session index (it drops only the column's affinity, which the claimed ids, of no
+# affinity, do not need, and keeps its collation); a span (lower, upper) then bounds them to
+# the ids from the lower-th to before the upper-th (None: no bound), so processes can each
+# read their own run of the store. A NULL id sorts first and is in no range:
+# the first span reads those apart (no part row is ever of them: NULL is IN no set).
 _NTH_ID = "(SELECT id FROM message WHERE id IS NOT NULL ORDER BY id LIMIT 1 OFFSET :{})"
 Span = tuple[int | None, int | None] | None
+# A run of the claimed sessions, (first, after): those from `first` to before `after` in their
+# table's order (None: no bound).
+Sessions = tuple[str | None, str | None]
 
 
-def _queries(span: Span) -> tuple[str, ...]:
+def _wanted(sessions: Sessions) -> str:
+    """The claimed sessions of the run `sessions`, from the claims file attached as `claims`
+    (store_counts.py): a table of ids without affinity, so they compare with the message rows'
+    session ids as they are stored (TEXT equals only TEXT)."""
+    first, after = sessions
+    bounds = [
+        bound
+        for given, bound in ((first, "session_id >= :first"), (after, "session_id < :after"))
+        if given is not None
+    ]
+    where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
+    return f"(SELECT session_id FROM claims.claimed{where})"
+
+
+def _queries(span: Span, sessions: Sessions) -> tuple[str, ...]:
     """The SQL of the message rows (those with a NULL id first, when the span reads them apart)
     and of the part rows of `span`'s wanted sessions."""
+    wanted = _wanted(sessions)
     parts = "SELECT message_id, data FROM part WHERE message_id IN (SELECT id FROM message WHERE {}) ORDER BY message_id, id"
     if span is None:
-        where = f"session_id IN {_WANTED}"
+        where = f"session_id IN {wanted}"
         return (f"SELECT session_id, id, data FROM message WHERE {where} ORDER BY id", parts.format(where))
     lower, upper = span
     bounds = f"id >= {_NTH_ID.format('lower')} AND " if lower is not None else ""
     bounds += f"id < {_NTH_ID.format('upper')} AND " if upper is not None else ""
-    messages = f"SELECT session_id, id, data FROM message WHERE {bounds}+session_id IN {_WANTED} ORDER BY id"
+    messages = f"SELECT session_id, id, data FROM message WHERE {bounds}+session_id IN {wanted} ORDER BY id"
     if lower is None and upper is not None:
-        nulls = f"SELECT session_id, id, data FROM message WHERE id IS NULL AND +session_id IN {_WANTED}"
-        return (nulls, messages, parts.format(f"{bounds}+session_id IN {_WANTED}"))
-    return (messages, parts.format(f"{bounds}+session_id IN {_WANTED}"))
+        nulls = f"SELECT session_id, id, data FROM message WHERE id IS NULL AND +session_id IN {wanted}"
+        return (nulls, messages, parts.format(f"{bounds}+session_id IN {wanted}"))
+    return (messages, parts.format(f"{bounds}+session_id IN {wanted}"))
 
 
 _NOT_SENT_AS_FILES = ("text/plain", "application/x-directory")
@@ -242,40 +259,42 @@ def _assistant_parts(rows: Iterator[Any], first: Any, tally: Tally, how: int) ->
     return following
 
 
-def session_counts(connection: sqlite3.Connection, wanted: str, span: Span = None) -> dict[Any, Tally]:
-    """The tally (ROWS, SYSTEM, NARROW, MADE) of each session of `wanted` (a JSON list of ids)
-    that has message rows in `span` (see _queries): `made` adds the system message when MADE is
-    not 0 and SYSTEM is set. Tallies of one session from disjoint spans add up (SYSTEM: or).
+# Sessions whose tallies one process holds before it hands them to `flush`: the tallies of a
+# round's sessions would otherwise grow with the round.
+FLUSH_AT = 2_048
+
+
+def session_counts(
+    connection: sqlite3.Connection,
+    flush: Callable[[dict[Any, Tally]], None],
+    span: Span = None,
+    sessions: Sessions = (None, None),
+) -> None:
+    """The tallies (ROWS, SYSTEM, NARROW, MADE) of the claimed sessions of the run `sessions`
+    (the claims file attached to `connection` as `claims`) that have message rows in `span`
+    (see _queries), handed to `flush` a few thousand sessions at a time: one session's tallies
+    of several flushes, or of disjoint spans, add up (SYSTEM: or), and `made` adds the system
+    message when MADE is not 0 and SYSTEM is set.
 
     The part rows are walked message by message, the parts of one counted as they come, and
     the message rows read up to each one's message."""
-    sessions: dict[Any, Tally] = {}
-    *message_queries, part_query = _queries(span)
+    tallies: dict[Any, Tally] = {}
+    *message_queries, part_query = _queries(span, sessions)
     lower, upper = span if span is not None else (None, None)
-    parameters = {"wanted": wanted, "lower": lower, "upper": upper}
+    parameters = {"lower": lower, "upper": upper, "first": sessions[0], "after": sessions[1]}
     messages = chain.from_iterable(connection.execute(query, parameters) for query in message_queries)
     rows = connection.execute(part_query, parameters)
     row = next(rows, None)
     while row is not None:
-        tally, how = _read_to(messages, sessions, row[0])
+        tally, how = _read_to(messages, tallies, row[0])
         if tally is None:
             row = _passed_over(rows, row)
         elif how == _USER:
             row = _user_parts(rows, row, tally)
         else:
             row = _assistant_parts(rows, row, tally, how)
-    _read_to(messages, sessions, _NO_MESSAGE)  # the rows of messages after the last one with parts
-    return sessions
-
-
-def add_tallies(into: dict[Any, Tally], tallies: dict[Any, Tally]) -> None:
-    """Add the tallies of other spans to `into`, as session_counts' docstring says they add up."""
-    for session_id, tally in tallies.items():
-        known = into.get(session_id)
-        if known is None:
-            into[session_id] = tally
-        else:
-            known[ROWS] += tally[ROWS]
-            known[SYSTEM] = known[SYSTEM] or tally[SYSTEM]
-            known[NARROW] += tally[NARROW]
-            known[MADE] += tally[MADE]
+        if len(tallies) >= FLUSH_AT:  # no tally is in use between two messages
+            flush(tallies)
+            tallies.clear()
+    _read_to(messages, tallies, _NO_MESSAGE)  # the rows of messages after the last one with parts
+    flush(tallies)

@@ -179,6 +179,12 @@ class SpilledRows:
         for (key,) in self._query("SELECT key FROM rows WHERE label IS NOT ? ORDER BY n", (skip_label,)):
             yield key
 
+    def labeled(self, label: str) -> Iterator[Any]:
+        """The records of the rows labeled `label`, in order."""
+        make = self.make
+        for (record,) in self._query("SELECT record FROM rows WHERE label IS ? ORDER BY n", (label,)):
+            yield make(*marshal.loads(record))
+
     def keys_counted_twice(self) -> list[str]:
         """Every key on more than one row, in the order of their first row."""
         return [

@@ -1,6 +1,6 @@
 """The opencode store, read by the audit's own SQL (docs/input-formats.md §4): whether it is
-readable and, when not, why; the sessions of each worker cwd; and, for the sessions a ledger
-makes claims about, one grouped count of their rows and of the messages those make.
+readable and, when not, why, and the sessions of each worker cwd; the copy it reads is kept for
+the gap proofs' grouped count of the claimed sessions' rows (store_counts.py).
 
 The audit reads its own private copy of the store, never the store itself: an SQLite open of
 a WAL store, even read-only, creates `-shm`/`-wal` beside it (inputs are never written) or
@@ -14,9 +14,6 @@ copy, which gives the last committed state. The copy is removed when its reading
 from __future__ import annotations
 
 import fcntl
-import gc
-import json
-import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -25,13 +22,10 @@ import struct
 import tempfile
 import time
 import weakref
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
-
-from rollout_assets.audit.session_counts import MADE, NARROW, ROWS, SYSTEM, Span, Tally, add_tallies, session_counts
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -88,7 +82,7 @@ class StoreCopy:
 
     def connect(self) -> sqlite3.Connection:
         """The copy, as bytes; writable, so SQLite may replay its WAL or roll back its journal."""
-        return _connect_copy(self.path)
+        return connect_copy(self.path)
 
     def remove(self) -> None:
         self._cleanup()
@@ -258,96 +252,7 @@ def _sessions_by_directory(
     return sessions
 
 
-def _connect_copy(path: Any) -> sqlite3.Connection:
+def connect_copy(path: Any) -> sqlite3.Connection:
     connection = sqlite3.connect(f"file:{quote(os.fsencode(path))}", uri=True, timeout=_BUSY_TIMEOUT_S)
     connection.text_factory = bytes
     return connection
-
-
-def _counted(copy_path: Any, wanted: str, span: Span) -> dict[Any, Tally]:
-    """session_counts over `wanted` in `span`, on a connection of its own (in a forked worker too)."""
-    connection = _connect_copy(copy_path)
-    try:
-        return session_counts(connection, wanted, span)
-    finally:
-        connection.close()
-
-
-# Below this many sessions a second process costs more than it saves.
-_PARALLEL_MIN_SESSIONS = 2_000
-
-
-def _spans(copy_path: Any, wanted: list[str], workers: int) -> list[tuple[str, Span]]:
-    """The work of each process, (its wanted sessions, its span): runs of consecutive sessions
-    found by the session index when they are a small share of the store; otherwise all of them,
-    each process reading its own run of message ids (session_counts.py, the two plans)."""
-    connection = _connect_copy(copy_path)
-    try:
-        (stored,) = connection.execute("SELECT count(*) FROM session").fetchone()
-        if len(wanted) * 2 < stored:
-            size = -(-len(wanted) // workers)
-            return [
-                (json.dumps(wanted[start : start + size], ensure_ascii=False), None)
-                for start in range(0, len(wanted), size)
-            ]
-        (ids,) = connection.execute("SELECT count(id) FROM message").fetchone()
-    finally:
-        connection.close()
-    bounds = [None, *(ids * n // workers for n in range(1, workers)), None]
-    every = json.dumps(wanted, ensure_ascii=False)
-    return [(every, (lower, upper)) for lower, upper in zip(bounds, bounds[1:])]
-
-
-def _count_sessions(copy_path: Any, wanted: list[str]) -> dict[Any, Tally]:
-    """The tallies of `wanted` (sorted), their reading and JSON parsing spread over the cores
-    (the parts give the same tallies as one pass: sessions, and messages, are counted apart)."""
-    workers = len(os.sched_getaffinity(0))
-    if workers <= 1 or len(wanted) < _PARALLEL_MIN_SESSIONS:
-        workers = 1
-    work = _spans(copy_path, wanted, workers)
-    if len(work) == 1:
-        return _counted(copy_path, *work[0])
-    gc.freeze()  # forked workers share the parent's pages instead of copying them as the collector walks
-    try:
-        with ProcessPoolExecutor(
-            max_workers=len(work) - 1, mp_context=multiprocessing.get_context("fork")
-        ) as pool:
-            later = [pool.submit(_counted, copy_path, *part) for part in work[1:]]
-            tallies = _counted(copy_path, *work[0])
-            for future in later:
-                add_tallies(tallies, future.result())
-    finally:
-        gc.unfreeze()
-    return tallies
-
-
-def session_rows(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]] | str:
-    """For each of `session_ids` that has message rows: (its message rows, its part rows that make
-    a message by the narrow rule, the chat messages its rows make); by one grouped reading of
-    the copy `read_store` read (session_counts.py), whatever the number of sessions. A string
-    saying why when the copy cannot be read."""
-    # A lone surrogate has no UTF-8 form: no stored id equals it.
-    wanted = []
-    for session_id in sorted(session_ids):
-        try:
-            session_id.encode("utf-8")
-        except UnicodeEncodeError:
-            continue
-        wanted.append(session_id)
-    if not wanted:
-        return {}
-    if reading.copy is None:
-        return reading.why or "the audit kept no copy of the store"
-    try:
-        tallies = _count_sessions(reading.copy.path, wanted)
-    except sqlite3.Error as error:
-        return str(error)
-    return {
-        session_id.decode("utf-8", "replace"): (
-            tally[ROWS],
-            tally[NARROW],
-            tally[MADE] + (tally[MADE] > 0 and tally[SYSTEM]),
-        )
-        for session_id, tally in tallies.items()
-        if isinstance(session_id, bytes)
-    }

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -28,15 +27,16 @@ def supervisors_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditRe
     """Every campaign cell has exactly one supervisor line."""
     if "supervisors" in ledger.unreadable:
         return unreadable(ledger.unreadable["supervisors"])
-    return compare(inputs.cells, ledger.supervisors)
+    return compare(inputs.tally("cells"), ledger.tally("supervisors"))
 
 
 def workers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
     """Every distinct worker cwd of any result.json has a worker line; every session of them appears once per cell listing its cwd."""
     if "workers" in ledger.unreadable:
         return unreadable(ledger.unreadable["workers"])
-    cwd_result = compare(Counter(inputs.worker_cwds), Counter(ledger.worker_cwds), at_least_once=True)
-    session_result = compare(Counter(inputs.session_ids), ledger.worker_sessions)
+    # One tally of the ledger's at a time: each is built from disk for its comparison.
+    cwd_result = compare(inputs.tally("worker_cwds"), ledger.tally("worker_cwds"), at_least_once=True)
+    session_result = compare(inputs.tally("session_ids"), ledger.tally("worker_sessions"))
     return AuditResult(
         passed=cwd_result.passed and session_result.passed,
         expected=cwd_result.expected + session_result.expected,
@@ -61,7 +61,7 @@ def proposers_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResu
     """Every shot receipt has exactly one proposer line."""
     if "proposers" in ledger.unreadable:
         return unreadable(ledger.unreadable["proposers"])
-    return compare(inputs.receipts, ledger.proposers)
+    return compare(inputs.receipts, ledger.tally("proposers"))
 
 
 def integrity_verdict(ledger: LedgerRecount) -> AuditResult:
