@@ -7,6 +7,8 @@ from pathlib import Path
 
 from rollout_assets import audit
 from rollout_assets.audit import AuditResult
+from rollout_assets.audit.store_counts import ClaimedSessions
+from rollout_assets.audit.stores import StoreReading
 
 
 def audit_supervisors(out_dir: Path, ledger_path: Path) -> AuditResult:
@@ -41,3 +43,17 @@ def audit_stats(ledger_path: Path, stats_path: Path) -> AuditResult:
 def cells_without_worker_list(out_dir: Path) -> list[str]:
     """Cells whose arm ran (runDir known) but whose result.json is missing or unreadable."""
     return audit.recount_inputs(out_dir, None).cells_without_worker_list
+
+
+def count_sessions(reading: StoreReading, session_ids: set[str]) -> dict[str, tuple[int, int, int]]:
+    """The gap proofs' grouped count of `session_ids` (each claimed by a line of its own) in the
+    copy `reading` read: (message rows, part rows that make a message, chat messages) of each
+    session with message rows."""
+    claimed = ClaimedSessions()
+    try:
+        claimed.claim_lines(enumerate(sorted(session_ids), 1))
+        why = claimed.count(reading)
+        assert why is None, why
+        return claimed.items()
+    finally:
+        claimed.close()

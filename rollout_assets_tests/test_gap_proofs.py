@@ -26,7 +26,6 @@ from dagster import instance_for_test
 
 from rollout_assets import audit
 from rollout_assets.audit import stores as audit_stores
-from rollout_assets.audit import store_counts
 from rollout_assets.audit.times import UNREAD, epoch_ms
 from rollout_assets.backfill.join import RoundBackfill
 from rollout_assets.backfill.jsdate import js_date_parse_ms
@@ -35,7 +34,7 @@ from rollout_assets.demo import DEFAULT_ROUNDS, DemoLayout
 from rollout_assets.ledger import write_ledger
 from rollout_assets.sources.claude import claude_project_slug
 from rollout_assets.sources.opencode import OpencodeStore
-from rollout_assets_tests.audit_runs import audit_inputs_match
+from rollout_assets_tests.audit_runs import audit_inputs_match, count_sessions
 from rollout_assets_tests.builders import (
     artifact,
     assistant_line,
@@ -386,8 +385,7 @@ def test_the_audits_count_of_a_sessions_messages_is_the_readers(tmp_path: Path) 
     db = write_opencode_db(tmp_path / "opencode.db", sessions=sessions, messages=messages, parts=parts)
     names = {row["id"] for row in sessions}
     reading = audit_stores.read_store(db, {f"/wt/{name}" for name in names})
-    counts = store_counts.session_rows(reading, names)
-    assert not isinstance(counts, str)
+    counts = count_sessions(reading, names)
     store = OpencodeStore.open(db)
     assert store is not None
     try:
@@ -395,7 +393,7 @@ def test_the_audits_count_of_a_sessions_messages_is_the_readers(tmp_path: Path) 
     finally:
         store.close()
 
-    assert {name: counts.get(name)[2] for name in sorted(names)} == readers
+    assert {name: counts.get(name, (0, 0, 0))[2] for name in sorted(names)} == readers
     assert readers == {
         "aborted": 1,
         "aborted-thinking": 0,

@@ -2,10 +2,11 @@
 ledger's lines make claims about, and what their message and part rows make, kept in a SQLite
 file of a temporary folder rather than in memory, since both grow with the round.
 
-The claimed ids are written there first; each process of the count (session_counts.py) reads
-them from that file, attached to its connection to the audit's copy of the store, and writes
-its tallies, a few thousand sessions at a time, to a file of its own; the parent then adds the
-files up. A line's counts are then looked up by its session id.
+The claiming lines and their sessions are written there first; each process of the count
+(session_counts.py) reads the claimed ids from that file, attached to its connection to the
+audit's copy of the store, and writes its tallies, a few thousand sessions at a time, to a file
+of its own; the parent then adds the files up. The lines' counts are read back in line order,
+by one join.
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def _count_part(copy_path: Path, claims: Path, out: Path, span: Span, sessions: 
 
 
 class ClaimedSessions:
-    """The sessions claimed (`claim`, or `claim_lines` with the ledger lines naming them), then
-    counted in the copy of the store (`count`), then looked up (`by_line`, `get`). The folder
-    is removed when this is dropped."""
+    """The sessions claimed by ledger lines (`claim_lines`), then counted in the copy of the
+    store (`count`), then looked up (`by_line`, `get`). The folder is removed when this is
+    dropped."""
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="rollout-audit-counts-"))
@@ -111,14 +112,6 @@ class ClaimedSessions:
         self._connection.execute(_COUNTED)
         self._connection.execute(_LINES)
         self._finalizer = weakref.finalize(self, _drop, self._connection, self.folder)
-
-    def claim(self, session_ids: Iterable[str]) -> None:
-        """Add sessions to count (a lone surrogate has no UTF-8 form: no stored id equals it)."""
-        self._connection.execute("BEGIN")
-        self._connection.executemany(
-            "INSERT OR IGNORE INTO claimed VALUES (?)", ((s,) for s in session_ids if _encodable(s))
-        )
-        self._connection.execute("COMMIT")
 
     def claim_lines(self, lines: Iterable[tuple[int, str]]) -> None:
         """Add the sessions of ledger lines, (line number, session id), for `by_line`."""
@@ -247,15 +240,3 @@ def _encodable(session_id: str) -> bool:
 def _drop(connection: sqlite3.Connection, folder: Path) -> None:
     connection.close()
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def session_rows(reading: StoreReading, session_ids: Iterable[str]) -> ClaimedSessions | str:
-    """The counts of `session_ids` in the copy `read_store` read, by one grouped count; a string
-    saying why when the copy cannot be read."""
-    claimed = ClaimedSessions()
-    claimed.claim(session_ids)
-    why = claimed.count(reading)
-    if why is not None:
-        claimed.close()
-        return why
-    return claimed
