@@ -47,8 +47,8 @@ _COUNTED = (
 )
 # A session's tallies from several flushes or processes add up (session_counts.py).
 _ADD_UP = (
-    " ON CONFLICT (session_id) DO UPDATE SET rows = rows + excluded.rows, system = max(system, excluded.system),"
-    " narrow = narrow + excluded.narrow, made = made + excluded.made"
+    " ON CONFLICT (session_id) DO UPDATE SET rows = rows + excluded.rows,"
+    " system = max(system, excluded.system), narrow = narrow + excluded.narrow, made = made + excluded.made"
 )
 
 # Below this many sessions a second process costs more than it saves.
@@ -146,7 +146,8 @@ class ClaimedSessions:
         if len(work) == 1:
             _count_part(copy_path, self.path, outs[0], *work[0])
         else:
-            gc.freeze()  # forked workers share the parent's pages instead of copying them as the collector walks
+            # Forked workers share the parent's pages instead of copying them as the collector walks.
+            gc.freeze()
             try:
                 with ProcessPoolExecutor(
                     max_workers=len(work) - 1, mp_context=multiprocessing.get_context("fork")
@@ -221,7 +222,8 @@ class ClaimedSessions:
         return {
             key: (rows, narrow, made)
             for key, rows, narrow, made in self._connection.execute(
-                "SELECT session_id, rows, narrow, made + (made > 0 AND system) FROM counted ORDER BY session_id"
+                "SELECT session_id, rows, narrow, made + (made > 0 AND system)"
+                " FROM counted ORDER BY session_id"
             )
         }
 
