@@ -93,7 +93,7 @@ class InputsRecount:
     def tally(self, name: str) -> Counter[Any]:
         """The keys of one tally ("cells", "worker_cwds" or "session_ids"), each as often as counted."""
         assert name in ("cells", "worker_cwds", "session_ids")
-        return Counter(key for (key,) in self.keys.labeled(name))
+        return self.keys.counted(name)
 
     def sessions_of(self, cwd: str) -> list[str]:
         """The ids of the sessions of a worker cwd the store holds, oldest first."""
@@ -125,7 +125,7 @@ def recount_inputs(
         claude_projects=claude_projects,
         store=dataclasses.replace(store, sessions={}),
     )
-    del worker_cwds
+    del worker_cwds  # spilled with the keys: not held while the expected lines are written
     if opencode_db is not None:
         worktrees = assign_joins(out_dir, proposer_worktrees(out_dir, receipts, claude_projects))
         recount.expected = SpilledRows(ExpectedLine)

@@ -132,7 +132,7 @@ class LedgerRecount:
     def tally(self, name: str) -> Counter[Any]:
         """The keys counted for one tally of _TALLIES, each as often as the lines gave it."""
         assert name in _TALLIES
-        return Counter(key for (key,) in self.keys.labeled(name))
+        return self.keys.counted(name)
 
     @property
     def parents(self) -> list[tuple[int, str]]:

@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import tempfile
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,17 @@ def _shared(value: Any, seen: dict[Any, Any]) -> Any:
     return value
 
 
-def _close(connection: sqlite3.Connection, folder: str | None) -> None:
+def scratch_connection(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A connection to a temporary file written by one process and then read back: no journal
+    to keep, nothing to sync."""
+    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
+    connection.execute("PRAGMA journal_mode=OFF")
+    connection.execute("PRAGMA synchronous=OFF")
+    return connection
+
+
+def close_scratch(connection: sqlite3.Connection, folder: str | Path | None) -> None:
+    """Close the connection, then remove its temporary folder (None: the file is not ours)."""
     connection.close()
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
@@ -70,10 +81,7 @@ class SpilledRows:
             folder = tempfile.mkdtemp(prefix="rollout-audit-")
             path = Path(folder, "rows.sqlite")
         self.path = path
-        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        # Written once by one process and read back: no journal to keep, nothing to sync.
-        self._connection.execute("PRAGMA journal_mode=OFF")
-        self._connection.execute("PRAGMA synchronous=OFF")
+        self._connection = scratch_connection(path, check_same_thread=False)
         # Rows are written and read in order: a small page cache does (the default is 2 MB,
         # and a recount holds several of these files in each of its processes).
         self._connection.execute("PRAGMA cache_size=-256")
@@ -81,7 +89,7 @@ class SpilledRows:
         self._pending: list[tuple[Any, ...]] = []
         self._count = self._connection.execute("SELECT count(*) FROM rows").fetchone()[0]
         self._indexed = False
-        self._finalizer = weakref.finalize(self, _close, self._connection, folder)
+        self._finalizer = weakref.finalize(self, close_scratch, self._connection, folder)
 
     # Writing
 
@@ -179,11 +187,13 @@ class SpilledRows:
         for (key,) in self._query("SELECT key FROM rows WHERE label IS NOT ? ORDER BY n", (skip_label,)):
             yield key
 
-    def labeled(self, label: str) -> Iterator[Any]:
-        """The records of the rows labeled `label`, in order."""
-        make = self.make
-        for (record,) in self._query("SELECT record FROM rows WHERE label IS ? ORDER BY n", (label,)):
-            yield make(*marshal.loads(record))
+    def counted(self, label: str) -> Counter[Any]:
+        """The one-value records of the rows labeled `label`, each value as often as appended."""
+        counts: Counter[Any] = Counter()
+        for (record,) in self._query("SELECT record FROM rows WHERE label IS ?", (label,)):
+            (value,) = marshal.loads(record)
+            counts[value] += 1
+        return counts
 
     def keys_counted_twice(self) -> list[str]:
         """Every key on more than one row, in the order of their first row."""

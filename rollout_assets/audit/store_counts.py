@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
-import shutil
 import sqlite3
 import tempfile
 import weakref
@@ -34,6 +33,7 @@ from rollout_assets.audit.session_counts import (
     Tally,
     session_counts,
 )
+from rollout_assets.audit.spill import close_scratch, scratch_connection
 from rollout_assets.audit.stores import StoreReading, connect_copy
 
 # The ids without a declared type (no affinity): they compare with the store's session ids as
@@ -55,14 +55,6 @@ _ADD_UP = (
 _PARALLEL_MIN_SESSIONS = 2_000
 
 
-def _scratch(path: Path) -> sqlite3.Connection:
-    """A connection to a file written by one process and then read: no journal, no syncing."""
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode=OFF")
-    connection.execute("PRAGMA synchronous=OFF")
-    return connection
-
-
 def _uri(path: Path, mode: str) -> str:
     return f"file:{quote(os.fsencode(path))}?mode={mode}"
 
@@ -71,7 +63,7 @@ class _TallyFile:
     """One process's tallies, added up on disk as `session_counts` flushes them."""
 
     def __init__(self, path: Path):
-        self.connection = _scratch(path)
+        self.connection = scratch_connection(path)
         self.connection.execute(_COUNTED)
 
     def add(self, tallies: dict[Any, Tally]) -> None:
@@ -101,17 +93,17 @@ def _count_part(copy_path: Path, claims: Path, out: Path, span: Span, sessions: 
 
 class ClaimedSessions:
     """The sessions claimed by ledger lines (`claim_lines`), then counted in the copy of the
-    store (`count`), then looked up (`by_line`, `get`). The folder is removed when this is
+    store (`count`), then read back (`by_line`, `items`). The folder is removed when this is
     dropped."""
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="rollout-audit-counts-"))
         self.path = self.folder / "claims.sqlite"
-        self._connection = _scratch(self.path)
+        self._connection = scratch_connection(self.path)
         self._connection.execute(_CLAIMED)
         self._connection.execute(_COUNTED)
         self._connection.execute(_LINES)
-        self._finalizer = weakref.finalize(self, _drop, self._connection, self.folder)
+        self._finalizer = weakref.finalize(self, close_scratch, self._connection, self.folder)
 
     def claim_lines(self, lines: Iterable[tuple[int, str]]) -> None:
         """Add the sessions of ledger lines, (line number, session id), for `by_line`."""
@@ -208,15 +200,6 @@ class ClaimedSessions:
             " FROM lines LEFT JOIN counted USING (session_id) ORDER BY lineno"
         )
 
-    def get(self, session_id: str) -> tuple[int, int, int]:
-        """A session's (message rows, part rows that make a message by the narrow rule, chat
-        messages its rows make); (0, 0, 0) when it has no message rows (or was not counted)."""
-        found = self._connection.execute(
-            "SELECT rows, narrow, made + (made > 0 AND system) FROM counted WHERE session_id = ?",
-            (session_id,),
-        ).fetchone()
-        return (0, 0, 0) if found is None else found
-
     def items(self) -> dict[str, tuple[int, int, int]]:
         """Every counted session's counts."""
         return {
@@ -237,8 +220,3 @@ def _encodable(session_id: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _drop(connection: sqlite3.Connection, folder: Path) -> None:
-    connection.close()
-    shutil.rmtree(folder, ignore_errors=True)
