@@ -35,7 +35,7 @@ from rollout_assets.defs.assets import rollout_ledger
 from rollout_assets.defs.instance import RUNNING_STATUSES, round_run
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot, list_round_dirs
-from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, fingerprint_round
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, input_digest
 
 # The runs' events stay in the instance (and the UI). The terminal gets what `_report_round`
 # prints from them: one sentence per failure and the warnings the steps logged, not Dagster's
@@ -51,7 +51,7 @@ class _PrintLog:
 def _fingerprint_tags(out_dir: Path) -> dict[str, str]:
     """The run tag the sensor gives its runs: with it, the sensor does not run these inputs again."""
     try:
-        return {INPUT_FINGERPRINT_TAG: fingerprint_round(out_dir).digest}
+        return {INPUT_FINGERPRINT_TAG: input_digest(out_dir)}
     except (OSError, ValueError):  # RoundInputError included: the run fails saying why
         return {}
 

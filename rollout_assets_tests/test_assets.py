@@ -260,6 +260,8 @@ def test_stage_files_are_json_or_jsonl(materialized: Any, ledger_root: Path) -> 
         "stages/built-from/round_manifest.json",
         "stages/built-from/worker_sessions.json",
         "stages/campaign-cells.jsonl",
+        "stages/manifest-cells.jsonl",
+        "stages/manifest-head.json",
         "stages/proposer-transcripts.jsonl",
         "stages/rollout-ledger-stats.json",
         "stages/worker-sessions.json",

@@ -47,7 +47,7 @@ from rollout_assets.defs.round_lock import acquire_round_lock, release_round_loc
 from rollout_assets.defs.sensors import RETRY_TAG, round_dirs_sensor
 from rollout_assets.demo import DemoLayout, edge_case_sites
 from rollout_assets.discovery import SENSOR_NAME
-from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, fingerprint_round
+from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, fingerprint_round, input_digest
 from rollout_assets.sources.round import build_manifest
 from rollout_assets_tests.dagster_dev import dagster_dev as running_dagster_dev
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
@@ -144,7 +144,10 @@ def key_of(round_key: str, digest: str, request: int = 1) -> str:
 
 
 def fingerprint(out_dir: Path) -> str:
-    return fingerprint_round(out_dir).digest
+    digest = fingerprint_round(out_dir).digest
+    # A run takes the same value by a walk that keeps nothing (`input_digest`).
+    assert input_digest(out_dir) == digest
+    return digest
 
 
 def age(folder: Path, seconds: float) -> None:
@@ -1316,3 +1319,4 @@ def test_a_path_holding_a_lone_surrogate_is_left_out_of_the_fingerprint_not_fata
     found = fingerprint_round(out_dir)
 
     assert (found.cells, found.files) == (1, 1)  # the cell cache alone
+    assert input_digest(out_dir) == found.digest

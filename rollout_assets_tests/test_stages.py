@@ -18,12 +18,15 @@ from rollout_assets.backfill import parallel
 from rollout_assets.backfill.parallel import backfill_to_file
 from rollout_assets.demo import DemoLayout
 from rollout_assets.ledger import iter_jsonl
+from rollout_assets.sources.round.cells import key_check
+from rollout_assets.spilled_list import SpilledList
 from rollout_assets.stages import loss_guard
 from rollout_assets.stages import (
     RoundOutputs,
     StageMismatchError,
     TranscriptLossError,
     WorkerLineRuns,
+    read_cell_rows,
     write_campaign_cells,
     write_manifest,
     write_proposer_transcripts,
@@ -93,7 +96,12 @@ def _record_as_written(outputs: RoundOutputs, stage: str) -> None:
     path = outputs.built_from(stage)
     record = json.loads(path.read_text())
     if stage == "round_manifest":  # as if the round changed only after the stage checked it
-        record.update(manifest=file_identity(outputs.manifest), inputs=round_state_digest(record["outDir"]))
+        record.update(
+            manifest=file_identity(outputs.manifest),
+            manifestHead=file_identity(outputs.manifest_head),
+            manifestCells=file_identity(outputs.manifest_cells),
+            inputs=round_state_digest(record["outDir"]),
+        )
         path.write_text(json.dumps(record))
         return
     files = {
@@ -302,12 +310,12 @@ def test_a_rebuild_holding_the_same_transcripts_does_not_read_the_ledger(
 def test_later_stages_refuse_a_manifest_lacking_a_key_this_version_needs(
     demo: DemoLayout, staged: RoundOutputs
 ) -> None:
-    """A manifest.json of an older version: one clear sentence, not a KeyError."""
-    stored = json.loads(staged.manifest.read_bytes())
+    """A manifest head of an older version: one clear sentence, not a KeyError."""
+    stored = json.loads(staged.manifest_head.read_bytes())
     for generation in stored["generations"]:
         for rollout in generation["rollouts"]:
             del rollout["outcome"]["judgedCount"]
-    staged.manifest.write_text(json.dumps(stored))
+    staged.manifest_head.write_text(json.dumps(stored))
     _record_as_written(staged, "round_manifest")
     proposers = staged.proposer_transcripts.read_bytes()
 
@@ -319,15 +327,21 @@ def test_later_stages_refuse_a_manifest_lacking_a_key_this_version_needs(
 
 
 def test_manifest_kept_rows_give_the_json_of_a_manifest_read_again(tmp_path: Path) -> None:
-    """The manifest stage keeps each cell's row while reading instead of reading every cell
-    twice; the JSON must be the same, on every demo round (round-003's cells are out of order)."""
+    """The manifest stage keeps each cell's row while reading (on disk) instead of reading every
+    cell twice; the JSON must be the same, on every demo round (round-003's cells are out of
+    order), and so must the file written from it."""
     from rollout_assets.demo import DEFAULT_ROUNDS, write_demo
+    from rollout_assets.io import write_json_atomic
     from rollout_assets.sources.round import build_manifest
+    from rollout_assets.stages.json_file import write_json_streaming
 
     layout = write_demo(tmp_path / "demo", DEFAULT_ROUNDS)
     for out_dir in layout.rounds:
-        kept = build_manifest(out_dir, keep_rows=True).to_json()
-        assert kept == build_manifest(out_dir).to_json()
+        kept, read_again = build_manifest(out_dir, keep_rows=True).to_json(), build_manifest(out_dir).to_json()
+        assert kept == read_again
+        write_json_streaming(tmp_path / "kept.json", kept)
+        write_json_atomic(tmp_path / "read-again.json", read_again)
+        assert (tmp_path / "kept.json").read_bytes() == (tmp_path / "read-again.json").read_bytes()
         assert sum(len(r["outcome"]["perInstance"]) for g in kept["generations"] for r in g["rollouts"]) > 0
 
 
@@ -363,6 +377,91 @@ def test_cells_stage_refuses_a_round_whose_cells_changed_since_the_manifest(tmp_
     assert not outputs.campaign_cells.exists()
 
 
+def test_the_manifest_head_and_cell_list_are_the_manifest_without_its_per_cell_lists(
+    demo: DemoLayout, staged: RoundOutputs
+) -> None:
+    """What the stages after round_manifest read instead of manifest.json: the same document
+    but for the lists that grow with the cells, and one line a cell in manifest order."""
+    whole = json.loads(staged.manifest.read_bytes())
+    head = json.loads(staged.manifest_head.read_bytes())
+    cells = [json.loads(line) for line in staged.manifest_cells.read_bytes().splitlines()]
+
+    rollouts = [rollout for generation in whole["generations"] for rollout in generation["rollouts"]]
+    listed = [
+        {"entry": entry, "cell": Path(row["cellPath"]).parent.name, "key": key_check(row["scenarioId"], row["rep"])}
+        for entry, rollout in enumerate(rollouts)
+        for row in rollout["outcome"]["perInstance"]
+    ]
+    assert cells == listed and len(cells) == sum(1 for _ in read_cell_rows(staged))
+    for rollout in rollouts:
+        del rollout["outcome"]["perInstance"], rollout["artifactPaths"], rollout["cost"]["settledCallIds"]
+    assert head == whole
+
+
+@pytest.mark.parametrize("which", ["manifest_head", "manifest_cells"])
+def test_later_stages_refuse_a_manifest_head_or_cell_list_rewritten_or_gone(
+    demo: DemoLayout, staged: RoundOutputs, which: str
+) -> None:
+    path = getattr(staged, which)
+    cells = staged.campaign_cells.read_bytes()
+    path.write_bytes(path.read_bytes() + b"\n")
+    with pytest.raises(StageMismatchError, match=f"{path.name} is not the file round_manifest recorded writing"):
+        write_campaign_cells(demo.rounds_root / ROUND, staged, CAPTURED_AT)
+    with pytest.raises(StageMismatchError, match=f"{path.name} is not the file round_manifest recorded writing"):
+        write_proposer_transcripts(staged, demo.claude_projects_dir, CAPTURED_AT)
+    path.unlink()
+    with pytest.raises(StageMismatchError, match=f"{path.name} does not exist: materialize round_manifest"):
+        write_campaign_cells(demo.rounds_root / ROUND, staged, CAPTURED_AT)
+    assert staged.campaign_cells.read_bytes() == cells
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json",
+        b"[0, \"cell\", 1]",
+        b'{"entry": 99, "cell": "x", "key": 1}',
+        b'{"entry": -1, "cell": "x", "key": 1}',
+        b'{"entry": true, "cell": "x", "key": 1}',
+        b'{"entry": 0, "cell": 7, "key": 1}',
+        b'{"entry": 0, "cell": "x", "key": 4294967296}',
+        b'{"entry": 0, "cell": "x"}',
+    ],
+)
+def test_the_cells_stage_refuses_a_cell_list_line_that_is_no_cell_of_the_manifest(
+    demo: DemoLayout, staged: RoundOutputs, line: bytes
+) -> None:
+    lines = staged.manifest_cells.read_bytes().splitlines(keepends=True)
+    lines[1] = line + b"\n"
+    staged.manifest_cells.write_bytes(b"".join(lines))
+    _record_as_written(staged, "round_manifest")
+    cells = staged.campaign_cells.read_bytes()
+
+    with pytest.raises(StageMismatchError, match="manifest-cells.jsonl:2: not a cell of the manifest's"):
+        write_campaign_cells(demo.rounds_root / ROUND, staged, CAPTURED_AT)
+    assert staged.campaign_cells.read_bytes() == cells
+
+
+def test_the_cells_stage_names_cells_removed_and_campaigns_gone_since_the_manifest(tmp_path: Path) -> None:
+    from rollout_assets.stages import RoundChangedError
+
+    layout = write_rounds(tmp_path / "demo")
+    out_dir = layout.rounds_root / ROUND
+    outputs = RoundOutputs(tmp_path / "ledger")
+    write_manifest(out_dir, outputs)
+    campaign = out_dir / "improve-run" / "gen-0" / "candidate-1"
+    cells = sorted(path for path in campaign.iterdir() if (path / "cached-result.json").is_file())
+
+    shutil.rmtree(cells[0])
+    _record_as_written(outputs, "round_manifest")
+    with pytest.raises(RoundChangedError, match=f"0 cell\\(s\\) added \\[\\], 1 removed \\['{cells[0]}/cached-result.json'\\]"):
+        write_campaign_cells(out_dir, outputs, CAPTURED_AT)
+    shutil.rmtree(campaign)
+    _record_as_written(outputs, "round_manifest")
+    with pytest.raises(RoundChangedError, match=f"0 cell\\(s\\) added \\[\\], {len(cells)} removed"):
+        write_campaign_cells(out_dir, outputs, CAPTURED_AT)
+
+
 @pytest.mark.parametrize(
     "document",
     [
@@ -377,6 +476,24 @@ def test_the_manifest_is_streamed_as_the_same_bytes_as_any_json_output(tmp_path:
 
     write_json_atomic(tmp_path / "whole.json", document)
     write_json_streaming(tmp_path / "streamed.json", document)
+    # The manifest's per-cell lists come from disk (SpilledList), walked twice with a lone surrogate.
+    write_json_streaming(tmp_path / "spilled.json", {**document, "cells": SpilledList(document["cells"])})
 
     assert (tmp_path / "streamed.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["streamed.json", "whole.json"]
+    assert (tmp_path / "spilled.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["spilled.json", "streamed.json", "whole.json"]
+
+
+def test_a_spilled_list_reads_back_what_was_appended_and_refuses_what_it_cannot_answer() -> None:
+    import pickle
+
+    values = [{"scenarioId": "torn \ud800", "rep": 1, "resolved": None, "cost": 0.1}, "path", 1, 1.0, True]
+    spilled = SpilledList(values[:2])
+    spilled += values[2:]
+
+    assert (len(spilled), list(spilled), list(spilled)) == (5, values, values)  # walked twice
+    assert spilled == values and values == spilled and spilled != values[:4] and not SpilledList()
+    assert [type(value) for value in spilled] == [dict, str, int, float, bool]
+    assert pickle.loads(pickle.dumps(spilled)) == values
+    with pytest.raises(TypeError, match="read in order only"):
+        spilled[0]

@@ -7,7 +7,9 @@ Dagster here: the asset bodies call these and attach metadata, and the functions
 and benchmarked alone.
 
     <ledger root>/<round>/
-      manifest.json                          round_manifest (manifest.py)
+      manifest.json                          round_manifest (manifest.py): the whole manifest
+      stages/manifest-head.json              round_manifest: the manifest without its per-cell lists
+      stages/manifest-cells.jsonl            round_manifest: {"entry", "cell", "key"} a cell
       stages/campaign-cells.jsonl            campaign_cells (cells.py): {"supervisor": line, "worker_cwds": [...]}
       stages/worker-sessions.jsonl           worker_sessions (workers.py): worker lines in ledger order
       stages/worker-sessions.json            worker_sessions: store summary, counters, line order

@@ -23,7 +23,7 @@ from rollout_assets.ledger import AtomicJsonlWriter, iter_jsonl, validate_line
 from rollout_assets.sources.round import RoundManifest
 from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.manifest import current_manifest
-from rollout_assets.stages.records import read_record, unchanged_round, write_record
+from rollout_assets.stages.records import manifest_as_recorded, unchanged_round, write_record
 
 ProgressLog = Callable[[str], None]
 
@@ -73,7 +73,7 @@ def write_campaign_cells(
     workers: int | None = None,
 ) -> CellsSummary:
     """One row per campaign cell: its supervisor line and its distinct worker cwds, on every core."""
-    read_record(outputs, "round_manifest")  # one clear sentence when round_manifest never ran
+    manifest_as_recorded(outputs)  # one clear sentence when round_manifest never ran or was changed
     manifest = current_manifest(out_dir, outputs)  # names the cells added or removed, if any
     built_from = unchanged_round(out_dir, outputs)  # any other change
     units = [unit for unit in round_units(manifest) if isinstance(unit, CellUnit)]

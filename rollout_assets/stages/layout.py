@@ -18,6 +18,16 @@ class RoundOutputs:
         return self.folder / "manifest.json"
 
     @property
+    def manifest_head(self) -> Path:
+        """The manifest without its per-cell lists, which the stages after it read."""
+        return self.folder / "stages" / "manifest-head.json"
+
+    @property
+    def manifest_cells(self) -> Path:
+        """The manifest's cells, one JSON line each: what campaign_cells reads of them."""
+        return self.folder / "stages" / "manifest-cells.jsonl"
+
+    @property
     def campaign_cells(self) -> Path:
         return self.folder / "stages" / "campaign-cells.jsonl"
 

@@ -64,13 +64,25 @@ def read_record(outputs: RoundOutputs, stage: str) -> dict[str, Any]:
     return record
 
 
+def manifest_as_recorded(outputs: RoundOutputs) -> dict[str, Any]:
+    """The round_manifest record, once the files it wrote are shown to be those on disk."""
+    record = read_record(outputs, "round_manifest")
+    written = {
+        "manifest": outputs.manifest,
+        "manifestHead": outputs.manifest_head,
+        "manifestCells": outputs.manifest_cells,
+    }
+    for key, path in written.items():
+        if record.get(key) != identity_of(path, "round_manifest"):
+            raise StageMismatchError(
+                f"{path} is not the file round_manifest recorded writing: materialize round_manifest again"
+            )
+    return record
+
+
 def unchanged_round(out_dir: Path, outputs: RoundOutputs) -> dict[str, Any]:
     """The round_manifest record, once the round's files are shown to be those it saw."""
-    record = read_record(outputs, "round_manifest")
-    if record.get("manifest") != identity_of(outputs.manifest, "round_manifest"):
-        raise StageMismatchError(
-            f"{outputs.manifest} is not the file round_manifest recorded writing: materialize round_manifest again"
-        )
+    record = manifest_as_recorded(outputs)
     if record.get("inputs") != round_state_digest(out_dir):
         raise RoundChangedError(
             f"round {out_dir} changed since its round_manifest was materialized (a cell, receipt, cost ledger, "

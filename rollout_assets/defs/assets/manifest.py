@@ -11,7 +11,7 @@ from rollout_assets.defs.failures import round_errors_fail_the_step
 from rollout_assets.defs.instance import run_input_fingerprint
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
-from rollout_assets.sources.fingerprint import fingerprint_round, forget_cell_artifacts
+from rollout_assets.sources.fingerprint import input_digest
 from rollout_assets.sources.round import RoundManifest
 from rollout_assets.stages import RoundOutputs, write_manifest
 from rollout_assets.stages.memory import return_freed_memory
@@ -27,7 +27,7 @@ def _input_fingerprint(context: AssetExecutionContext, out_dir: Path) -> str | N
     if requested_for:
         return requested_for
     try:
-        return fingerprint_round(out_dir).digest
+        return input_digest(out_dir)
     except (OSError, ValueError):  # RoundInputError included: the manifest stage fails saying why
         return None
 
@@ -79,7 +79,4 @@ def round_manifest(context: AssetExecutionContext, locations: RoundLocations) ->
         out_dir = locations.round_dir(key)
         outputs = locations.writable_outputs(key)
         manifest = write_manifest(out_dir, outputs, _input_fingerprint(context, out_dir))
-    # The fingerprint's cache of every cell's artifact paths serves a process that fingerprints
-    # the rounds again and again (the sensor's); a run takes one and would keep it to its end.
-    forget_cell_artifacts()
     return MaterializeResult(metadata=_metadata(manifest, outputs, out_dir))

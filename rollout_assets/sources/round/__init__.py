@@ -24,7 +24,7 @@ from rollout_assets.sources.round.cells import (
     CampaignCells,
     CellRecord,
     artifact_of,
-    list_cell_paths,
+    campaign_cell_names,
     read_cell,
 )
 from rollout_assets.sources.round.costs import CostLedger, read_cost_ledger
@@ -69,7 +69,7 @@ __all__ = [
     "build_manifest",
     "candidate_id",
     "discover_campaigns",
-    "list_cell_paths",
+    "campaign_cell_names",
     "list_shot_receipts",
     "manifest_from_json",
     "read_cell",

@@ -23,6 +23,7 @@ from rollout_assets.sources.round.cells import (
 )
 from rollout_assets.sources.round.errors import RoundInputError
 from rollout_assets.sources.round.packed import PackedStrings
+from rollout_assets.spilled_list import SpilledList
 
 
 # The numbers of a cell the manifest sums per campaign (docs/input-formats.md §2, `cost`).
@@ -33,14 +34,16 @@ class CampaignTally:
     """A campaign's cells as the manifest sums them, added one at a time in (scenarioId, rep) order.
 
     Everything but the packed names and checks is of fixed size, whatever the campaign's size
-    (`instances` holds one id per instance, which the manifest lists).
+    (`instances` holds one id per instance, which the manifest lists); the per-cell rows, when
+    kept, are spilled to a temporary file.
     """
 
     def __init__(self, *, collect_commits: bool, keep_rows: bool = False) -> None:
         self.names = PackedStrings()
-        # The manifest's per-cell lists, only when asked for (the manifest stage writes them).
-        self.rows: list[dict[str, Any]] | None = [] if keep_rows else None
-        self.artifact_paths: list[str] | None = [] if keep_rows else None
+        # The manifest's per-cell lists, only when asked for (the manifest stage writes them),
+        # on disk until written.
+        self.rows: list[dict[str, Any]] | None = SpilledList() if keep_rows else None
+        self.artifact_paths: list[str] | None = SpilledList() if keep_rows else None
         self.key_checks = array("I")
         self.cached = 0
         self.max_rep = -1

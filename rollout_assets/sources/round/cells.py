@@ -179,6 +179,10 @@ class CampaignCells(Sequence[CellRecord]):
         """The `cached-result.json` of a cell, without reading it."""
         return self.directory / self._names[index] / CELL_CACHE
 
+    def names_and_checks(self) -> Iterator[tuple[str, int]]:
+        """Each cell's directory name and key check, in order, without reading any."""
+        return zip(self._names, self._key_checks, strict=True)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, CampaignCells):
             return (self.directory, self._names, self._key_checks) == (
@@ -230,12 +234,11 @@ def _holds_a_cell_cache(entry: str) -> bool:
     return True
 
 
-def list_cell_paths(out_dir: str | os.PathLike[str]) -> Iterator[str]:
-    """The `cached-result.json` of every cell of the round, as the manifest lists them, found by
-    listing the campaign folders only (no file is read)."""
+def campaign_cell_names(out_dir: str | os.PathLike[str]) -> Iterator[tuple[Path, list[str]]]:
+    """Each campaign folder of the round, as the manifest finds them, with the names of its
+    cell folders (in name order), found by listing the campaign folders only (no file is read)."""
     for _, _, campaign_dir in discover_campaigns(resolve_out_dir(out_dir)):
-        for name in cell_names(campaign_dir):
-            yield str(campaign_dir / name / CELL_CACHE)
+        yield campaign_dir, cell_names(campaign_dir)
 
 
 def per_instance_row(cell: CellRecord) -> dict[str, Any]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +12,9 @@ from typing import Any
 from rollout_assets.io import NotJson, is_record, parse_json
 from rollout_assets.sources.round.campaign_tally import read_campaign
 from rollout_assets.sources.round.cells import (
-    CELL_CACHE,
     CampaignCells,
     CellRecord,
     cell_artifact_paths,
-    key_check,
     per_instance_row,
 )
 from rollout_assets.sources.round.costs import read_cost_ledger
@@ -29,7 +26,6 @@ from rollout_assets.sources.round.layout import (
     open_if_there,
     resolve_out_dir,
 )
-from rollout_assets.sources.round.packed import PackedStrings
 from rollout_assets.sources.round.receipts import ShotReceiptFile, list_shot_receipts
 
 
@@ -78,19 +74,11 @@ class CampaignEntry:
             return self.stored_artifact_paths
         return [path for cell in self.cells for path in cell_artifact_paths(cell)]
 
-    def to_json(self) -> dict[str, Any]:
-        # One pass over the cells (each file read once) for both per-cell lists.
-        per_instance: list[dict[str, Any]] = []
-        artifact_paths: list[str] = []
-        if self.stored_per_instance is not None and self.stored_artifact_paths is not None:
-            per_instance, artifact_paths = self.stored_per_instance, self.stored_artifact_paths
-        else:
-            for cell in self.cells:
-                per_instance.append(per_instance_row(cell))
-                artifact_paths += cell_artifact_paths(cell)
-        if self.stored_artifact_paths is not None:
-            artifact_paths = self.stored_artifact_paths
-        return {
+    def to_json(self, *, per_cell: bool = True) -> dict[str, Any]:
+        """The manifest's entry; without `per_cell`, its head: no perInstance, artifactPaths
+        or settledCallIds, the lists that grow with the campaign's cells."""
+        per_instance, artifact_paths = self._per_cell_lists() if per_cell else ([], [])
+        entry = {
             "candidateId": self.candidate_id,
             "state": {
                 "generation": self.generation,
@@ -106,9 +94,26 @@ class CampaignEntry:
                 "judgedCount": self.judged_count,
                 "cellsCached": self.cells_cached,
             },
-            "cost": self.cost,
+            "cost": self.cost if per_cell else self.cost_sums,
             "artifactPaths": artifact_paths,
         }
+        if not per_cell:
+            del entry["outcome"]["perInstance"], entry["artifactPaths"]
+        return entry
+
+    def _per_cell_lists(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """The per-instance rows and artifact paths, as kept, else from one pass over the cells
+        (each file read once)."""
+        if self.stored_per_instance is not None and self.stored_artifact_paths is not None:
+            return self.stored_per_instance, self.stored_artifact_paths
+        per_instance: list[dict[str, Any]] = []
+        artifact_paths: list[str] = []
+        for cell in self.cells:
+            per_instance.append(per_instance_row(cell))
+            artifact_paths += cell_artifact_paths(cell)
+        if self.stored_artifact_paths is not None:
+            artifact_paths = self.stored_artifact_paths
+        return per_instance, artifact_paths
 
 
 @dataclass
@@ -144,13 +149,15 @@ class RoundManifest:
             else:
                 yield from (str(cell.path) for cell in cells)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, per_cell: bool = True) -> dict[str, Any]:
+        """The manifest's JSON; without `per_cell`, its head (see CampaignEntry.to_json), all
+        the stages after the manifest's read but the cells."""
         return {
             "outDir": str(self.out_dir),
             "runId": self.run_id,
             "provenance": self.provenance,
             "instances": self.instances,
-            "generations": _generations_json(self.entries),
+            "generations": _generations_json(self.entries, per_cell=per_cell),
             "costLedger": {
                 "lines": self.cost_ledger_lines,
                 "skipped": self.cost_ledger_skipped,
@@ -159,38 +166,25 @@ class RoundManifest:
         }
 
 
-def _cells_from_rows(campaign_dir: Path, rows: list[dict[str, Any]]) -> CampaignCells:
-    """A campaign's cells as its stored per-instance rows list them, without reading any."""
-    names, checks = PackedStrings(), array("I")
-    for row in rows:
-        path = Path(row["cellPath"])
-        if path.parent.parent != campaign_dir or path.name != CELL_CACHE:
-            raise RoundInputError(f"{path}: stored manifest lists a cell outside its campaign {campaign_dir}")
-        names.append(path.parent.name)
-        checks.append(key_check(row["scenarioId"], row["rep"]))
-    return CampaignCells(campaign_dir, names, checks)
-
-
-def manifest_from_json(data: dict[str, Any], *, with_cells: bool = False) -> RoundManifest:
-    """A manifest back from its `to_json()` form.
-
-    Without `with_cells`, `cells` is empty: enough for every line that does not read cells
-    (proposer lines, line context). With it, each campaign's cells are those its rows list,
-    read from disk when iterated (and refused if a file became another cell). Either way a
-    later stage works from the same snapshot as the manifest stage.
+def manifest_from_json(data: dict[str, Any]) -> RoundManifest:
+    """A manifest back from its `to_json()` form, or from its head (`to_json(per_cell=False)`),
+    without its cells (`cells` is empty, `stored_artifact_paths` None for a head): enough for
+    every line that does not read cells (proposer lines, line context). The stages after the
+    manifest's add the cells from the manifest's cell list (stages/manifest.py), so that every
+    stage works from the same snapshot as the manifest stage.
     """
     entries = []
     for generation in data["generations"]:
         for rollout in generation["rollouts"]:
             state, action, outcome = rollout["state"], rollout["action"], rollout["outcome"]
             cost_sums = {key: value for key, value in rollout["cost"].items() if key != "settledCallIds"}
-            campaign_dir = Path(state["campaignDir"])
+            artifact_paths = rollout.get("artifactPaths")
             entries.append(
                 CampaignEntry(
                     generation=state["generation"],
                     candidate_index=state["candidateIndex"],
-                    campaign_dir=campaign_dir,
-                    cells=_cells_from_rows(campaign_dir, outcome["perInstance"]) if with_cells else [],
+                    campaign_dir=Path(state["campaignDir"]),
+                    cells=[],
                     commit=state["commit"],
                     diff_path=action["diffPath"],
                     shot_receipt_paths=list(action["shotReceiptPaths"]),
@@ -200,7 +194,7 @@ def manifest_from_json(data: dict[str, Any], *, with_cells: bool = False) -> Rou
                     cells_cached=outcome["cellsCached"],
                     cost_sums=cost_sums,
                     settled_calls=list(rollout["cost"].get("settledCallIds", [])),
-                    stored_artifact_paths=list(rollout["artifactPaths"]),
+                    stored_artifact_paths=None if artifact_paths is None else list(artifact_paths),
                 )
             )
     cost_ledger = data.get("costLedger", {})
@@ -215,10 +209,10 @@ def manifest_from_json(data: dict[str, Any], *, with_cells: bool = False) -> Rou
     )
 
 
-def _generations_json(entries: list[CampaignEntry]) -> list[dict[str, Any]]:
+def _generations_json(entries: list[CampaignEntry], *, per_cell: bool) -> list[dict[str, Any]]:
     generations: dict[int, list[dict[str, Any]]] = {}
     for entry in entries:
-        generations.setdefault(entry.generation, []).append(entry.to_json())
+        generations.setdefault(entry.generation, []).append(entry.to_json(per_cell=per_cell))
     return [{"generation": g, "rollouts": rollouts} for g, rollouts in generations.items()]
 
 
@@ -245,7 +239,7 @@ def build_manifest(out_dir: str | os.PathLike[str], *, keep_rows: bool = False) 
     Its size does not grow with the round's cells beyond a few bytes each (CampaignCells,
     PackedStrings): cells are read again when iterated. `keep_rows` keeps each cell's
     per-instance row and artifact paths as well (for writing the manifest's JSON without
-    reading every cell a second time), at about 0.5 KB a cell.
+    reading every cell a second time), in a temporary file (SpilledList), read once a walk.
     """
     out_dir = resolve_out_dir(out_dir)
     if not out_dir.is_dir():
