@@ -22,10 +22,10 @@ from rollout_assets.audit.wording import (
     SUPERVISOR_GAP_LIST_MISSING,
     SUPERVISOR_GAP_UNLISTED,
 )
-from rollout_assets.counters import merge_counters
 
 # The file primitive, not the reader: opens without blocking on a FIFO, refuses what is no file.
 from rollout_assets.io import read_regular_file
+from rollout_assets.spilled_list import SpilledList
 
 # ASCII digits and a true end of name (`$` would also match before a trailing newline), as the
 # loop writes them: a folder the join does not read as a campaign must not be expected here either.
@@ -139,14 +139,83 @@ def _result_json(run_dir: str | None, out_dir: Path) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
+def _cell_row(
+    candidate_id: str,
+    scenario_id: str,
+    rep: int,
+    run_dir: str | None,
+    reward: Any,
+    verdict: bool | None,
+    cwds: tuple[str, ...],
+    gap: str,
+) -> tuple[Cell, tuple[str, ...], str]:
+    """A row of `CellsRecount.in_order` back as (cell, its worker cwds, its supervisor's gap)."""
+    return Cell(candidate_id, scenario_id, rep, run_dir, reward, verdict), cwds, gap
+
+
+@dataclass
+class CampaignReplicates:
+    """What a campaign's proposer reward needs of its cells (`resolved_fractions`), per
+    instance rather than per cell: how many replicates, whether all resolved, whether any
+    has a verdict."""
+
+    reps: int = 0  # max rep + 1
+    # scenario id -> (replicates, all resolved, any conclusive)
+    instances: dict[str, tuple[int, bool, bool]] = field(default_factory=dict)
+
+    def add(self, cell: Cell) -> None:
+        self.reps = max(self.reps, cell.rep + 1)
+        count, resolved, judged = self.instances.get(cell.scenario_id, (0, True, False))
+        self.instances[cell.scenario_id] = (
+            count + 1,
+            resolved and cell.verdict is True,
+            judged or cell.verdict is not None,
+        )
+
+
 @dataclass
 class CellsRecount:
-    """What the cells of one or more campaigns say (merged in campaign order)."""
+    """What the cells of one or more campaigns say (merged in campaign order).
+
+    `in_order` is on disk (a round's cells with their cwds grew the recount by about 150 MiB
+    at 96,000 cells): the parent spills each campaign's cells as its part comes back, and
+    `cells_in_order` reads them back."""
 
     without_list: list[str] = field(default_factory=list)
-    # (cell, its distinct worker cwds in first-listed order, its supervisor's gap), in ledger order
-    in_order: list[tuple[Cell, tuple[str, ...], str]] = field(default_factory=list)
+    # The fields of each cell, its distinct worker cwds in first-listed order and its
+    # supervisor's gap, as one tuple a cell, in ledger order.
+    in_order: SpilledList = field(default_factory=SpilledList)
     campaigns: list[str] = field(default_factory=list)  # the candidate ids of the campaign folders
+    # Every worker cwd some cell's result.json lists.
+    worker_cwds: set[str] = field(default_factory=set)
+    replicates: dict[str, CampaignReplicates] = field(default_factory=dict)  # by candidate id
+
+    def cells_in_order(self) -> Iterator[tuple[Cell, tuple[str, ...], str]]:
+        """(cell, its worker cwds, its supervisor's gap) of every cell, in ledger order."""
+        return (_cell_row(*row) for row in self.in_order)
+
+
+@dataclass
+class _CampaignPart:
+    """One campaign's cells as a (forked) task returns them: a campaign is small enough to hold."""
+
+    candidate_id: str
+    is_dir: bool
+    in_order: list[tuple[Cell, tuple[str, ...], str]]
+    without_list: list[str]
+
+
+def _merge_campaign(recount: CellsRecount, part: _CampaignPart) -> None:
+    """Append one campaign's cells to the recount, in order, spilling them."""
+    if part.is_dir:
+        recount.campaigns.append(part.candidate_id)
+    recount.without_list += part.without_list
+    replicates = recount.replicates.setdefault(part.candidate_id, CampaignReplicates())
+    for cell, cwds, gap in part.in_order:
+        fields = (cell.candidate_id, cell.scenario_id, cell.rep, cell.run_dir, cell.reward, cell.verdict)
+        recount.in_order.append((*fields, cwds, gap))
+        recount.worker_cwds.update(cwds)
+        replicates.add(cell)
 
 
 def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, ...]) -> str:
@@ -162,8 +231,8 @@ def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, 
     return SUPERVISOR_GAP
 
 
-def _recount_campaign(out_dir: Path, candidate_id: str, campaign: Path, names: list[str]) -> CellsRecount:
-    recount = CellsRecount(campaigns=[candidate_id] if campaign.is_dir() else [])
+def _recount_campaign(out_dir: Path, candidate_id: str, campaign: Path, names: list[str]) -> _CampaignPart:
+    recount = _CampaignPart(candidate_id, campaign.is_dir(), [], [])
     for cell in _campaign_cells(candidate_id, campaign, names):
         result = _result_json(cell.run_dir, out_dir)
         recovered = result.get("recoveredSpend") if result is not None else None
@@ -199,11 +268,11 @@ def recount_cells(out_dir: Path, workers: int | None) -> CellsRecount:
     recount = CellsRecount()
     if workers <= 1 or total < _PARALLEL_MIN_CELLS:
         for campaign in campaigns:
-            merge_counters(recount, _recount_campaign(*campaign))
+            _merge_campaign(recount, _recount_campaign(*campaign))
         return recount
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
         for part in pool.map(_recount_campaign, *zip(*campaigns)):
-            merge_counters(recount, part)
+            _merge_campaign(recount, part)
     return recount
 
 
@@ -211,27 +280,19 @@ def resolved_fractions(cells: CellsRecount) -> dict[str, int | float | None]:
     """A candidate's proposer reward (docs/line-format.md): of the baseline's instances, the
     share whose every replicate (max rep + 1 of the campaign) resolved; null without baseline
     cells, and null when none of those instances has a conclusive replicate in the campaign."""
-    by_campaign: dict[str, list[Cell]] = {}
-    for cell, _, _ in cells.in_order:
-        by_campaign.setdefault(cell.candidate_id, []).append(cell)
-    instances = {cell.scenario_id for cell in by_campaign.get("baseline", [])}
+    baseline = cells.replicates.get("baseline")
+    instances = set(baseline.instances) if baseline is not None else set()
     fractions: dict[str, int | float | None] = {}
     for candidate_id in cells.campaigns:
-        campaign = by_campaign.get(candidate_id, [])
-        reps = max((cell.rep for cell in campaign), default=-1) + 1
-        replicates: dict[str, list[bool | None]] = {}
-        for cell in campaign:
-            replicates.setdefault(cell.scenario_id, []).append(cell.verdict)
+        campaign = cells.replicates.get(candidate_id, CampaignReplicates())
         resolved = sum(
             1
-            for instance, verdicts in replicates.items()
-            if instance in instances
-            and len(verdicts) == reps
-            and all(verdict is True for verdict in verdicts)
+            for instance, (count, all_resolved, _) in campaign.instances.items()
+            if instance in instances and count == campaign.reps and all_resolved
         )
         judged = any(
-            instance in instances and any(verdict is not None for verdict in verdicts)
-            for instance, verdicts in replicates.items()
+            instance in instances and any_conclusive
+            for instance, (_, _, any_conclusive) in campaign.instances.items()
         )
         fractions[candidate_id] = resolved / len(instances) if instances and judged else None
     return fractions

@@ -111,7 +111,7 @@ def recount_inputs(
     store (skipped when `opencode_db` is None); with `claude_projects`, the names of the
     transcript files each proposer worktree could be joined to (no file is read)."""
     cells = recount_cells(out_dir, workers)
-    worker_cwds = {cwd for _, cwds, _ in cells.in_order for cwd in cwds}
+    worker_cwds, cells.worker_cwds = cells.worker_cwds, set()
     store = read_store(opencode_db, worker_cwds) if opencode_db is not None else StoreReading(False)
     receipts = list(shot_receipts(out_dir))
     recount = InputsRecount(
@@ -141,12 +141,11 @@ def recount_inputs(
 
 def _keys(cells: CellsRecount, worker_cwds: set[str], sessions: dict[str, list[str]]) -> SpilledRows:
     keys = SpilledRows()
-    for cell, _, _ in cells.in_order:
-        keys.append(((cell.candidate_id, cell.scenario_id, cell.rep),), label="cells")
     for cwd in worker_cwds:
         keys.append((cwd,), label="worker_cwds")
-    # once per cell listing the session's cwd: two cells listing one cwd both get its lines
-    for _, cwds, _ in cells.in_order:
+    for cell, cwds, _ in cells.cells_in_order():
+        keys.append(((cell.candidate_id, cell.scenario_id, cell.rep),), label="cells")
+        # once per cell listing the session's cwd: two cells listing one cwd both get its lines
         for cwd in cwds:
             for session in sessions.get(cwd, ()):
                 keys.append((session,), label="session_ids")
@@ -180,7 +179,7 @@ def _cell_lines(
     recount: InputsRecount, cells: CellsRecount, sessions: dict[str, list[str]]
 ) -> Iterator[ExpectedLine]:
     run_id, store_readable = recount.run_id, recount.store.readable
-    for cell, cwds, supervisor_gap in cells.in_order:
+    for cell, cwds, supervisor_gap in cells.cells_in_order():
         supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))
         # A worker line carries its supervisor's candidate and task.
