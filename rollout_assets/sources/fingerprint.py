@@ -238,7 +238,7 @@ def fingerprint_round(out_dir: Path) -> RoundFingerprint:
 def input_digest(out_dir: Path) -> str:
     """`fingerprint_round(out_dir).digest`, for a run that needs the value only: one stat and
     one hash update a file as it is walked, nothing of the round kept (nor cached: a run takes
-    it once). At 96,000 cells the whole fingerprint holds about 140 MiB of paths and times."""
+    it once). At 96,000 cells the whole fingerprint held over 100 MiB of paths and times."""
     walk = _InputWalk(out_dir, keep_folders=False, artifact_of=_artifact_of.__wrapped__)
     return _digest(walk.files(), None)
 
