@@ -631,6 +631,30 @@ def test_inputs_recount_on_several_processes_equals_one_pass(
     assert len(one.cells_without_worker_list) == 2 and one.tally("session_ids")
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_inputs_recount_in_runs_of_two_cell_folders_equals_one_run_a_campaign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A campaign's cells read a few folders per task and merged come in (scenario, rep) order
+    even when the folder names sort the other way round, as one task a campaign gives them."""
+    layout = write_rounds(tmp_path / "demo")
+    sites = edge_case_sites(layout.root, ROUND_SPEC)
+    (sites["composite_judge_score"].run_dir / "result.json").unlink()  # a cell without a worker list
+    out_dir = layout.rounds_root / ROUND
+    baseline = out_dir / "improve-run" / "baseline"
+    cells = sorted(path for path in baseline.iterdir() if (path / "cached-result.json").is_file())
+    for number, folder in enumerate(reversed(cells)):
+        folder.rename(baseline / f"{number:03d}-{folder.name}")
+    monkeypatch.setattr(audit_cells, "_PARALLEL_MIN_CELLS", 0)
+    whole = audit.recount_inputs(out_dir, layout.opencode_db, workers=workers)
+
+    monkeypatch.setattr(audit_cells, "_CELLS_PER_TASK", 2)
+    runs = audit.recount_inputs(out_dir, layout.opencode_db, workers=workers)
+
+    assert runs == whole  # the expected lines and the keys in the same order, the same rewards
+    assert len(cells) > 4 and len(whole.cells_without_worker_list) == 1
+
+
 def test_worker_list_check_warns_without_failing_the_run(tmp_path: Path) -> None:
     layout = write_rounds(tmp_path / "demo")
     site = edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"]
