@@ -27,6 +27,7 @@ from dagster import instance_for_test
 from rollout_assets import audit
 from rollout_assets.audit import stores as audit_stores
 from rollout_assets.audit.times import UNREAD, epoch_ms
+from rollout_assets.audit.worker_cwds import WorkerCwds
 from rollout_assets.backfill.join import RoundBackfill
 from rollout_assets.backfill.jsdate import js_date_parse_ms
 from rollout_assets.defs.assets import rollout_ledger
@@ -384,7 +385,7 @@ def test_the_audits_count_of_a_sessions_messages_is_the_readers(tmp_path: Path) 
     sessions, messages, parts = _counted_sessions()
     db = write_opencode_db(tmp_path / "opencode.db", sessions=sessions, messages=messages, parts=parts)
     names = {row["id"] for row in sessions}
-    reading = audit_stores.read_store(db, {f"/wt/{name}" for name in names})
+    reading = audit_stores.read_store(db, WorkerCwds.of(f"/wt/{name}" for name in names))
     counts = count_sessions(reading, names)
     store = OpencodeStore.open(db)
     assert store is not None

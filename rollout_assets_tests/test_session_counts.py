@@ -13,6 +13,7 @@ import pytest
 
 from rollout_assets.audit import session_counts, store_counts
 from rollout_assets.audit import stores as audit_stores
+from rollout_assets.audit.worker_cwds import WorkerCwds
 from rollout_assets_tests.audit_runs import count_sessions
 from rollout_assets_tests.builders import session, write_opencode_db
 
@@ -74,7 +75,7 @@ def _rows(seed: int) -> tuple[list[str], list[dict[str, Any]], list[dict[str, An
 
 
 def _counts(db: Path, names: list[str], wanted: set[str]) -> dict[str, tuple[int, int, int]]:
-    reading = audit_stores.read_store(db, {f"/wt/{name}" for name in names})
+    reading = audit_stores.read_store(db, WorkerCwds.of(f"/wt/{name}" for name in names))
     return count_sessions(reading, wanted)
 
 

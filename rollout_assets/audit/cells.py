@@ -5,7 +5,9 @@ rewards and verdicts, and the worker cwds their result.json lists (docs/input-fo
 from __future__ import annotations
 
 import heapq
+import io
 import itertools
+import marshal
 import multiprocessing
 import os
 import re
@@ -27,6 +29,7 @@ from rollout_assets.audit.wording import (
 
 # The file primitive, not the reader: opens without blocking on a FIFO, refuses what is no file.
 from rollout_assets.io import read_regular_file
+from rollout_assets.audit.worker_cwds import WorkerCwds
 from rollout_assets.spilled_list import SpilledList
 
 # ASCII digits and a true end of name (`$` would also match before a trailing newline), as the
@@ -82,7 +85,10 @@ def _campaign_dirs(out_dir: Path) -> list[tuple[str, Path]]:
 def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iterator[Cell]:
     """The cells among `names`, the listing of `campaign` (empty when it is no directory)."""
     for name in names:
-        cache = campaign / name / "cached-result.json"
+        # Strings, not Path objects: pathlib interns every part of a path it parses, and the
+        # interpreter's table of interned strings never shrinks (4 MB at 96,000 cells).
+        cell_folder = os.path.join(campaign, name)
+        cache = os.path.join(cell_folder, "cached-result.json")
         # A folder the process may not search is not known to hold no cell: refused, never skipped.
         try:
             if not stat.S_ISREG(os.stat(cache).st_mode):
@@ -91,7 +97,7 @@ def _campaign_cells(candidate_id: str, campaign: Path, names: list[str]) -> Iter
             if absent(error):
                 continue
             raise UnreadableRound(
-                f"{campaign / name}: cannot tell whether it holds a cached-result.json ({error.strerror or error})"
+                f"{cell_folder}: cannot tell whether it holds a cached-result.json ({error.strerror or error})"
             ) from error
         record = input_json(read_regular_file(cache))
         artifact = record.get("artifact")
@@ -117,7 +123,7 @@ def _replicate_verdict(artifact: Any, error: Any) -> bool | None:
 RUN_DIR_ROOTS = "ROLLOUT_RUN_DIR_ROOTS"
 
 
-def _allowed(path: Path, out_dir: Path) -> bool:
+def _allowed(path: str, out_dir: Path) -> bool:
     """Whether `path`, symlinks followed, is inside the round or a configured run folder root."""
     real = os.path.realpath(path)
     roots = [os.path.realpath(out_dir)] + [
@@ -131,7 +137,7 @@ def _result_json(run_dir: str | None, out_dir: Path) -> dict[str, Any] | None:
     # resolves outside the round and the configured roots.
     if run_dir is None or not os.path.isabs(run_dir):
         return None
-    path = Path(run_dir, "result.json")
+    path = os.path.join(run_dir, "result.json")
     try:
         if not _allowed(path, out_dir):
             return None
@@ -165,14 +171,10 @@ class CampaignReplicates:
     # scenario id -> (replicates, all resolved, any conclusive)
     instances: dict[str, tuple[int, bool, bool]] = field(default_factory=dict)
 
-    def add(self, cell: Cell) -> None:
-        self.reps = max(self.reps, cell.rep + 1)
-        count, resolved, judged = self.instances.get(cell.scenario_id, (0, True, False))
-        self.instances[cell.scenario_id] = (
-            count + 1,
-            resolved and cell.verdict is True,
-            judged or cell.verdict is not None,
-        )
+    def add(self, scenario_id: str, rep: int, verdict: bool | None) -> None:
+        self.reps = max(self.reps, rep + 1)
+        count, resolved, judged = self.instances.get(scenario_id, (0, True, False))
+        self.instances[scenario_id] = (count + 1, resolved and verdict is True, judged or verdict is not None)
 
 
 @dataclass
@@ -188,8 +190,8 @@ class CellsRecount:
     # supervisor's gap, as one tuple a cell, in ledger order.
     in_order: SpilledList = field(default_factory=SpilledList)
     campaigns: list[str] = field(default_factory=list)  # the candidate ids of the campaign folders
-    # Every worker cwd some cell's result.json lists.
-    worker_cwds: set[str] = field(default_factory=set)
+    # Every worker cwd some cell's result.json lists (on disk).
+    worker_cwds: WorkerCwds = field(default_factory=WorkerCwds)
     replicates: dict[str, CampaignReplicates] = field(default_factory=dict)  # by candidate id
 
     def cells_in_order(self) -> Iterator[tuple[Cell, tuple[str, ...], str]]:
@@ -197,14 +199,32 @@ class CellsRecount:
         return (_cell_row(*row) for row in self.in_order)
 
 
+# A cell as a row of `CellsRecount.in_order`: its fields, its cwds and its supervisor's gap.
+_Row = tuple[str, str, int, "str | None", Any, "bool | None", tuple[str, ...], str]
+
+
 @dataclass
 class _CampaignPart:
-    """The cells of a run of one campaign's cell folders, as a (forked) task returns them."""
+    """The cells of a run of one campaign's cell folders, as a (forked) task returns them: their
+    rows in (scenarioId, rep) order, marshalled one after another into one bytes object. Rows as
+    Python objects would be unpickled in the parent as each task ends, whole runs at once,
+    spread over the allocator's blocks; a single bytes object is one allocation, given back
+    whole, and its rows are decoded one at a time as they are merged."""
 
     candidate_id: str
     is_dir: bool
-    in_order: Iterable[tuple[Cell, tuple[str, ...], str]]  # a list, until the runs are merged
+    in_order: bytes | Iterable[_Row]  # bytes, until the runs are merged
     without_list: list[str]
+
+
+def _encoded(rows: Iterable[_Row]) -> bytes:
+    return b"".join(marshal.dumps(row) for row in rows)
+
+
+def _decoded(encoded: bytes) -> Iterator[_Row]:
+    stream = io.BytesIO(encoded)
+    while stream.tell() < len(encoded):
+        yield marshal.load(stream)
 
 
 def _merge_campaign(recount: CellsRecount, part: _CampaignPart) -> None:
@@ -213,11 +233,10 @@ def _merge_campaign(recount: CellsRecount, part: _CampaignPart) -> None:
         recount.campaigns.append(part.candidate_id)
     recount.without_list += part.without_list
     replicates = recount.replicates.setdefault(part.candidate_id, CampaignReplicates())
-    for cell, cwds, gap in part.in_order:
-        fields = (cell.candidate_id, cell.scenario_id, cell.rep, cell.run_dir, cell.reward, cell.verdict)
-        recount.in_order.append((*fields, cwds, gap))
-        recount.worker_cwds.update(cwds)
-        replicates.add(cell)
+    for row in part.in_order:
+        recount.in_order.append(row)
+        recount.worker_cwds.add(row[6])
+        replicates.add(row[1], row[2], row[5])
 
 
 def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, ...]) -> str:
@@ -234,7 +253,7 @@ def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, 
 
 
 def _recount_campaign(out_dir: Path, candidate_id: str, campaign: Path, names: list[str]) -> _CampaignPart:
-    in_order: list[tuple[Cell, tuple[str, ...], str]] = []
+    in_order: list[_Row] = []
     without_list: list[str] = []
     for cell in _campaign_cells(candidate_id, campaign, names):
         result = _result_json(cell.run_dir, out_dir)
@@ -246,12 +265,13 @@ def _recount_campaign(out_dir: Path, candidate_id: str, campaign: Path, names: l
             else ()
         )
         gap = _supervisor_gap(cell, result, cwds)
-        in_order.append((cell, cwds, gap))
+        fields = (cell.candidate_id, cell.scenario_id, cell.rep, cell.run_dir, cell.reward, cell.verdict)
+        in_order.append((*fields, cwds, gap))
         if gap is not SUPERVISOR_GAP:
             without_list.append(f"{cell.candidate_id}/{cell.scenario_id}/rep{cell.rep}")
     # A campaign's cells come in (scenario, rep) order in the ledger, whatever their folder names.
     in_order.sort(key=_cell_key)
-    return _CampaignPart(candidate_id, campaign.is_dir(), in_order, without_list)
+    return _CampaignPart(candidate_id, campaign.is_dir(), _encoded(in_order), without_list)
 
 
 # Below this many cell folders, a second process costs more than it saves.
@@ -262,8 +282,8 @@ _PARALLEL_MIN_CELLS = 2_000
 _CELLS_PER_TASK = 2_000
 
 
-def _cell_key(item: tuple[Cell, tuple[str, ...], str]) -> tuple[str, int]:
-    return item[0].scenario_id, item[0].rep
+def _cell_key(row: _Row) -> tuple[str, int]:
+    return row[1], row[2]
 
 
 def recount_cells(out_dir: Path, workers: int | None) -> CellsRecount:
@@ -299,7 +319,7 @@ def _campaign_parts(parts: Iterable[_CampaignPart]) -> Iterator[_CampaignPart]:
         yield _CampaignPart(
             runs[0].candidate_id,
             runs[0].is_dir,
-            heapq.merge(*(run.in_order for run in runs), key=_cell_key),
+            heapq.merge(*(_decoded(run.in_order) for run in runs), key=_cell_key),  # type: ignore[arg-type]
             [cell for run in runs for cell in run.without_list],
         )
 

@@ -4,7 +4,6 @@ should produce, in ledger order (`ExpectedLine`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 from collections import Counter
@@ -13,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rollout_assets.audit.cells import CellsRecount, recount_cells, resolved_fractions
+from rollout_assets.audit.cells import Cell, CellsRecount, recount_cells, resolved_fractions
 from rollout_assets.audit.folders import UnreadableRound
 from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
-from rollout_assets.audit.spill import SpilledMapping, SpilledRows
+from rollout_assets.audit.spill import SpilledMapping, SpilledRows, tally_key
 from rollout_assets.audit.stores import StoreReading, read_store
 from rollout_assets.audit.subagents import assign_joins, subagent_conversations
 from rollout_assets.audit.strict_json import input_json
@@ -83,10 +82,8 @@ class InputsRecount:
     out_dir: Path | None = None
     opencode_db: Path | None = None
     claude_projects: Path | None = None
-    # The store as the audit read it, without its sessions, which are on disk instead
-    # (`sessions_of`): each worker cwd with a session, its sessions' ids (oldest first).
+    # The store as the audit read it, with the sessions of each worker cwd on disk (`sessions_of`).
     store: StoreReading = field(default_factory=lambda: StoreReading(False))
-    cwd_sessions: SpilledMapping = field(default_factory=SpilledMapping)
     supervisor_cells: SpilledMapping = field(default_factory=SpilledMapping)  # on disk: one per cell
     shots: dict[str, ProposerWorktree] = field(default_factory=dict)
 
@@ -97,7 +94,7 @@ class InputsRecount:
 
     def sessions_of(self, cwd: str) -> list[str]:
         """The ids of the sessions of a worker cwd the store holds, oldest first."""
-        return list(self.cwd_sessions.get(cwd, ()))
+        return self.store.sessions_of(cwd)
 
 
 def recount_inputs(
@@ -111,11 +108,10 @@ def recount_inputs(
     store (skipped when `opencode_db` is None); with `claude_projects`, the names of the
     transcript files each proposer worktree could be joined to (no file is read)."""
     cells = recount_cells(out_dir, workers)
-    worker_cwds, cells.worker_cwds = cells.worker_cwds, set()
-    store = read_store(opencode_db, worker_cwds) if opencode_db is not None else StoreReading(False)
+    store = read_store(opencode_db, cells.worker_cwds) if opencode_db is not None else StoreReading(False)
     receipts = list(shot_receipts(out_dir))
     recount = InputsRecount(
-        keys=_keys(cells, worker_cwds, store.sessions),
+        keys=_keys(cells, store),
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store.readable,
@@ -123,33 +119,44 @@ def recount_inputs(
         out_dir=out_dir,
         opencode_db=opencode_db,
         claude_projects=claude_projects,
-        store=dataclasses.replace(store, sessions={}),
+        store=store,
     )
-    del worker_cwds  # spilled with the keys: not held while the expected lines are written
     if opencode_db is not None:
         worktrees = assign_joins(out_dir, proposer_worktrees(out_dir, receipts, claude_projects))
         recount.expected = SpilledRows(ExpectedLine)
         lines = itertools.chain(
-            _cell_lines(recount, cells, store.sessions), _proposer_lines(recount, cells, worktrees)
+            _cell_lines(recount, cells), _proposer_lines(recount, cells, worktrees)
         )
         for line in lines:
             recount.expected.append(line, key=line.rollout_id)
-        for cwd, sessions in store.sessions.items():
-            recount.cwd_sessions[cwd] = tuple(sessions)
+        recount.expected.flush()
+        recount.supervisor_cells.rows.flush()
+    recount.keys.flush()
     return recount
 
 
-def _keys(cells: CellsRecount, worker_cwds: set[str], sessions: dict[str, list[str]]) -> SpilledRows:
+def _keys(cells: CellsRecount, store: StoreReading) -> SpilledRows:
     keys = SpilledRows()
-    for cwd in worker_cwds:
-        keys.append((cwd,), label="worker_cwds")
-    for cell, cwds, _ in cells.cells_in_order():
-        keys.append(((cell.candidate_id, cell.scenario_id, cell.rep),), label="cells")
+    for cwd in cells.worker_cwds:
+        keys.append((cwd,), key=tally_key(cwd), label="worker_cwds")
+    for cell, cwds, _ in _cells_with_sessions(cells, store):
+        task = (cell.candidate_id, cell.scenario_id, cell.rep)
+        keys.append((task,), key=tally_key(task), label="cells")
         # once per cell listing the session's cwd: two cells listing one cwd both get its lines
-        for cwd in cwds:
-            for session in sessions.get(cwd, ()):
-                keys.append((session,), label="session_ids")
+        for _, sessions in cwds:
+            for session in sessions:
+                keys.append((session,), key=tally_key(session), label="session_ids")
     return keys
+
+
+def _cells_with_sessions(
+    cells: CellsRecount, store: StoreReading
+) -> Iterator[tuple[Cell, tuple[tuple[str, list[str]], ...], str]]:
+    """(cell, each cwd it lists with the ids of its sessions in the store, its supervisor's
+    gap), in ledger order: the cells and their cwds' sessions are two walks in the same order."""
+    listed = cells.worker_cwds.listed_sessions() if store.readable else None
+    for cell, cwds, gap in cells.cells_in_order():
+        yield cell, tuple((cwd, next(listed) if listed is not None else []) for cwd in cwds), gap
 
 
 def _run_id(out_dir: Path) -> str:
@@ -175,11 +182,9 @@ def _run_id(out_dir: Path) -> str:
 # gap may be.
 
 
-def _cell_lines(
-    recount: InputsRecount, cells: CellsRecount, sessions: dict[str, list[str]]
-) -> Iterator[ExpectedLine]:
-    run_id, store_readable = recount.run_id, recount.store.readable
-    for cell, cwds, supervisor_gap in cells.cells_in_order():
+def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> Iterator[ExpectedLine]:
+    run_id, store = recount.run_id, recount.store
+    for cell, cwds, supervisor_gap in _cells_with_sessions(cells, store):
         supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
         recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))
         # A worker line carries its supervisor's candidate and task.
@@ -191,9 +196,8 @@ def _cell_lines(
         )
         names = (cell.candidate_id, cell.scenario_id, cell.rep)
         yield ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
-        for cwd in cwds:
-            found = sessions.get(cwd)
-            gap = SESSION if found else NO_SESSION if store_readable else STORE_UNAVAILABLE
+        for cwd, found in cwds:
+            gap = SESSION if found else NO_SESSION if store.readable else STORE_UNAVAILABLE
             for session in found or ["-"]:
                 worker = rollout_id(f"{supervisor}|{cwd}|{session}")
                 yield ExpectedLine(

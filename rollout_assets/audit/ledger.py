@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from rollout_assets.audit.result import SAMPLE_SIZE
-from rollout_assets.audit.spill import SpilledRows
+from rollout_assets.audit.spill import SpilledRows, tally_key
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
 from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
 from rollout_assets.counters import FIRST, KEEP, merge_counters, sample
@@ -201,7 +201,7 @@ class LedgerRecount:
 
     def _count(self, name: str, key: Any) -> None:
         hash(key)  # a key holding a list or object is no key: TypeError, as a Counter's would be
-        self.keys.append((key,), label=name)
+        self.keys.append((key,), key=tally_key(key), label=name)
 
     def _count_supervisor(self, line: _Line) -> None:
         if line.get("role") == "supervisor":

@@ -66,6 +66,25 @@ def close_scratch(connection: sqlite3.Connection, folder: str | Path | None) -> 
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def tally_key(value: Any) -> bytes:
+    """The `key` of a tally's row, for `SpilledRows.tally_counts`: equal for two values exactly
+    when a Counter counts them as one (1, 1.0 and True alike; "1" apart), for what a JSON
+    line or an input can hold as a key (None, bools, numbers, strings, tuples of them).
+    Not marshal: its bytes for one string change with the string's reference count."""
+    if value is None:
+        return b"n"
+    if isinstance(value, str):
+        encoded = value.encode("utf-8", "surrogatepass")
+        return b"s%d:%s" % (len(encoded), encoded)
+    if isinstance(value, (bool, int)):
+        return b"i%d;" % value
+    if isinstance(value, float):
+        return b"i%d;" % value if value.is_integer() else b"f%r;" % value
+    if isinstance(value, tuple):
+        return b"t%d:%s" % (len(value), b"".join(tally_key(item) for item in value))
+    raise TypeError(f"{type(value).__name__} is no tally key")
+
+
 class SpilledRows:
     """An append-only sequence of records in a temporary SQLite file, iterated in order as
     `make(*record)` (a NamedTuple class, say).
@@ -94,16 +113,24 @@ class SpilledRows:
     # Writing
 
     def append(
-        self, record: tuple[Any, ...], key: str | None = None, label: str | None = None, parent: Any = None
+        self,
+        record: tuple[Any, ...],
+        key: str | bytes | None = None,
+        label: str | None = None,
+        parent: Any = None,
     ) -> None:
-        """Add a record; `key`, `label` and `parent` (kept when it is a string) for the queries."""
+        """Add a record; `key` (a rollout id, or a tally's `tally_key`), `label` and `parent`
+        (kept when it is a string) for the queries."""
         parent = parent if isinstance(parent, str) else None
         self._pending.append((key, label, parent, marshal.dumps(tuple(record))))
         self._count += 1
         if len(self._pending) >= _BATCH:
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write the pending records. A reader does this first; a writer that is done does it so
+        that the last batch is not kept alive in memory, where its few objects would each pin a
+        block of the allocator that the run's process then never gets back."""
         if self._pending:
             # One transaction a batch: in autocommit each row would be a transaction of its own,
             # with its own lock and unlock of the file (16 us a row instead of about 1).
@@ -117,8 +144,8 @@ class SpilledRows:
 
     def extend(self, later: SpilledRows) -> None:
         """Append the rows of `later` (another file), in their order, without reading them here."""
-        later._flush()
-        self._flush()
+        later.flush()
+        self.flush()
         self._connection.execute("ATTACH DATABASE ? AS later", (str(later.path),))
         try:
             self._connection.execute(
@@ -132,13 +159,13 @@ class SpilledRows:
 
     def close(self) -> None:
         """Write what is pending and let go of the file (its folder, if owned, is removed)."""
-        self._flush()
+        self.flush()
         self._finalizer()
 
     # Reading
 
     def _query(self, sql: str, parameters: Iterable[Any] = ()) -> sqlite3.Cursor:
-        self._flush()
+        self.flush()
         if not self._indexed:
             self._connection.execute("CREATE INDEX IF NOT EXISTS rows_key ON rows (key)")
             self._connection.execute("ANALYZE")
@@ -195,6 +222,31 @@ class SpilledRows:
             counts[value] += 1
         return counts
 
+    def tally_counts(self, label: str, other: SpilledRows, other_label: str) -> Iterator[tuple[Any, int, int]]:
+        """Two tallies side by side, without a Counter of either: each value of the one-value
+        records labeled `label` here or `other_label` in `other`, once, with how often each
+        side holds it. Values are told apart by the `key` both appenders gave their rows
+        (`tally_key`), grouped in SQL; the value shown is the group's first here, else there,
+        as a Counter keeps the first of equal keys."""
+        other.flush()
+        self._query("SELECT 1")
+        self._connection.execute("ATTACH DATABASE ? AS other", (str(other.path),))
+        try:
+            rows = self._connection.execute(
+                # The bare `record` is the row's with the least (side, n): SQLite's rule for
+                # a query with one min() aggregate.
+                "SELECT record, min((side << 40) + n), sum(side = 0), sum(side = 1) FROM ("
+                " SELECT key, record, n, 0 AS side FROM main.rows WHERE label IS ?"
+                " UNION ALL SELECT key, record, n, 1 FROM other.rows WHERE label IS ?"
+                ") GROUP BY key",
+                (label, other_label),
+            )
+            for record, _, here, there in rows:
+                (value,) = marshal.loads(record)
+                yield value, here, there
+        finally:
+            self._connection.execute("DETACH DATABASE other")
+
     def keys_counted_twice(self) -> list[str]:
         """Every key on more than one row, in the order of their first row."""
         return [
@@ -219,7 +271,7 @@ class SpilledRows:
     def keys_apart(self, other: SpilledRows, *, skip_label: str | None = None) -> int:
         """How many keys one multiset of keys holds beyond the other, both ways: the rows of
         `other` (those labeled `skip_label` left out) against these."""
-        other._flush()
+        other.flush()
         self._query("SELECT 1")
         self._connection.execute("ATTACH DATABASE ? AS other", (str(other.path),))
         try:
@@ -236,7 +288,7 @@ class SpilledRows:
         return int(apart)
 
     def __getstate__(self) -> dict[str, Any]:
-        self._flush()
+        self.flush()
         return {"make": self.make, "path": self.path}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

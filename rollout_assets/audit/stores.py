@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from rollout_assets.audit.worker_cwds import WorkerCwds
+
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
 # store counts as busy.
@@ -57,14 +59,20 @@ class _CannotCopy(Exception):
 
 @dataclass
 class StoreReading:
-    """What the audit could read of the store: its sessions by cwd, or why it could not."""
+    """What the audit could read of the store: the sessions of each cwd, or why it could not."""
 
     readable: bool
-    sessions: dict[str, list[str]] = field(default_factory=dict)  # cwd -> its session ids, oldest first
     why: str | None = None  # why it is not readable
     busy: bool = False  # not readable only because another process held it locked or kept writing
     # The private copy read, kept for the gap proofs' counts; no part of what was read.
     copy: StoreCopy | None = field(default=None, compare=False, repr=False)
+    # The cwds looked up, with the sessions the store holds of each (on disk); None when the
+    # store was not read.
+    cwds: WorkerCwds | None = field(default=None, compare=False, repr=False)
+
+    def sessions_of(self, cwd: str) -> list[str]:
+        """The ids of the sessions of `cwd` the store holds, oldest first."""
+        return self.cwds.sessions_of(cwd) if self.readable and self.cwds is not None else []
 
 
 class StoreCopy:
@@ -173,9 +181,11 @@ def _copy_store(store: str, copy: str) -> None:
 
 
 def opencode_sessions(opencode_db: Path, directories: set[str]) -> tuple[bool, dict[str, list[str]]]:
-    """(store readable, the session ids of each of `directories`, oldest first): `read_store`."""
-    reading = read_store(opencode_db, directories)
-    return reading.readable, reading.sessions
+    """(store readable, the session ids of each of `directories` that has one, oldest first),
+    as `read_store` reads them: for a few directories."""
+    cwds = WorkerCwds.of(directories)
+    reading = read_store(opencode_db, cwds)
+    return reading.readable, cwds.sessions() if reading.readable else {}
 
 
 def _is_busy(error: sqlite3.Error) -> bool:
@@ -183,7 +193,7 @@ def _is_busy(error: sqlite3.Error) -> bool:
     return code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
-def read_store(opencode_db: Path, directories: set[str]) -> StoreReading:
+def read_store(opencode_db: Path, directories: WorkerCwds) -> StoreReading:
     """The store by this module's own SQL, on the audit's private copy of it. Readable as
     docs/input-formats.md §4 has it: the file opens as a database with a `session` table (`id`,
     `directory`), a `message` and a `part` table, and its first read, the whole session table,
@@ -222,34 +232,15 @@ def read_store(opencode_db: Path, directories: set[str]) -> StoreReading:
             return StoreReading(False, why="no session table with an id and a directory column")
         connection.execute("SELECT 1 FROM message LIMIT 1").fetchall()
         connection.execute("SELECT 1 FROM part LIMIT 1").fetchall()
-        return StoreReading(True, _sessions_by_directory(connection, columns, directories), copy=copy)
+        # One pass over the table: `directory` has no index, so a query per batch of directories
+        # would scan it once per batch, a cost growing with the square of the round.
+        directories.read_sessions(connection, by_time="time_created" in columns)
+        return StoreReading(True, copy=copy, cwds=directories)
     except sqlite3.Error as error:
         copy.remove()
         return StoreReading(False, why=str(error), busy=_is_busy(error))
     finally:
         connection.close()
-
-
-def _sessions_by_directory(
-    connection: sqlite3.Connection, columns: set[str], directories: set[str]
-) -> dict[str, list[str]]:
-    # One pass over the table: `directory` has no index, so a query per batch of directories
-    # would scan it once per batch, a cost growing with the square of the round.
-    order = "time_created, id" if "time_created" in columns else "id"
-    wanted = {}
-    for directory in directories:
-        try:
-            wanted[directory.encode("utf-8")] = directory
-        except UnicodeEncodeError:
-            continue
-    sessions: dict[str, list[str]] = {}
-    for session_id, directory in connection.execute(
-        f"SELECT id, directory FROM session WHERE typeof(id) = 'text' AND typeof(directory) = 'text' ORDER BY {order}"
-    ):
-        cwd = wanted.get(directory)
-        if cwd is not None:
-            sessions.setdefault(cwd, []).append(session_id.decode("utf-8", "replace"))
-    return sessions
 
 
 def connect_copy(path: Any) -> sqlite3.Connection:
