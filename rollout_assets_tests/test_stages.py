@@ -83,6 +83,8 @@ def test_stages_on_two_workers_write_the_command_line_ledger_and_stats(
     )
 
     assert staged.campaign_cells.read_bytes() == single.campaign_cells.read_bytes()
+    # The order of the worker lines by cell, merged from units whose runs continue into the next.
+    assert staged.worker_sessions_summary.read_bytes() == single.worker_sessions_summary.read_bytes()
     assert staged.ledger.read_bytes() == single.ledger.read_bytes() == (tmp_path / "cli.jsonl").read_bytes()
     assert json.loads(staged.stats.read_text()) == stats.to_json()
 

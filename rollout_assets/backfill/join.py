@@ -79,13 +79,16 @@ def episode_lines(
     context: LineContext,
     *,
     include_supervisors: bool = True,
+    cells_per_batch: int = CELL_BATCH,
 ) -> Iterator[dict[str, Any]]:
     """Stage 2: each supervisor line (optionally) followed by its worker lines.
 
     The sessions of a batch of cells are fetched in one query, so a round costs a few
-    batched lookups instead of one scan of the session table per worker cwd.
+    batched lookups instead of one scan of the session table per worker cwd. A smaller batch
+    holds fewer cells at once, for a store indexed by directory (`index_directories`), where a
+    lookup scans nothing.
     """
-    for batch in _batches(rows, CELL_BATCH):
+    for batch in _batches(rows, cells_per_batch):
         sessions = _sessions_for(batch, store)
         for row in batch:
             if include_supervisors:

@@ -17,9 +17,11 @@ from rollout_assets.backfill.lines import LineContext
 from rollout_assets.backfill.losses import TranscriptDigest
 from rollout_assets.backfill.parallel import CELLS_PER_UNIT, StorePerProcess, default_workers, write_units
 from rollout_assets.counters import KEEP
-from rollout_assets.io import file_identity, write_json_atomic
+from rollout_assets.spilled_list import SpilledList
+from rollout_assets.io import file_identity
 from rollout_assets.ledger import LedgerWriter, decode_record
 from rollout_assets.stages.cells import ProgressLog
+from rollout_assets.stages.json_file import write_json_streaming
 from rollout_assets.stages.layout import RoundOutputs
 from rollout_assets.stages.manifest import stored_manifest
 from rollout_assets.stages.records import identity_of, write_record
@@ -58,6 +60,9 @@ def row_units(path: Path, rows_per_unit: int) -> list[RowsUnit]:
     return units
 
 
+_CELLS_PER_LOOKUP = 64
+
+
 class _WorkerSessionsProducer:
     """Worker lines of one unit of cell rows; each worker process opens its own store connection."""
 
@@ -68,12 +73,16 @@ class _WorkerSessionsProducer:
         with open(self.cells_path, "rb") as handle:
             handle.seek(unit.start)
             chunk = handle.read(unit.stop - unit.start)
-        rows = [decode_record(raw) for raw in chunk.splitlines()]
+        rows = (decode_record(raw) for raw in chunk.splitlines())
+        # Each worker's store is indexed by directory (StorePerProcess), so batches of cells
+        # smaller than a unit cost no scan, and hold a few parsed supervisor lines at a time
+        # rather than the unit's 512 (about 4 MB a worker).
         yield from episode_lines(
             (CellRow(row["supervisor"], row["worker_cwds"]) for row in rows),
             self.stores.get(),
             self.context,
             include_supervisors=False,
+            cells_per_batch=_CELLS_PER_LOOKUP,
         )
 
     def close(self) -> None:
@@ -86,11 +95,14 @@ class WorkerLinesTally(BackfillStats):
     lines of one cell, [the supervisor's rollout_id, line count]. The ledger stage interleaves
     the lines with their supervisors by it, copying them without parsing them again.
 
-    The two fields of its own are left out of the counters' merge (KEEP) and merged by
-    `merge`: a run of one cell may continue into the next part, and a digest adds modulo 2**128.
+    The fields of its own are left out of the counters' merge (KEEP) and merged by `merge`: a
+    run of one cell may continue into the next part, and a digest adds modulo 2**128.
     """
 
-    parents: list[list[Any]] = field(default_factory=list, metadata=KEEP)
+    # The finished runs, in a temporary file (96,000 of them at 96,000 cells, about 16 MB as
+    # lists in the run's process); the last run stays open, as the next line may continue it.
+    parents: list[list[Any]] = field(default_factory=SpilledList, metadata=KEEP)
+    open_run: list[Any] | None = field(default=None, metadata=KEEP)
     # The transcripts of the lines (names and sizes), for the ledger stage's loss check.
     transcripts: TranscriptDigest = field(default_factory=TranscriptDigest, metadata=KEEP)
 
@@ -101,20 +113,31 @@ class WorkerLinesTally(BackfillStats):
 
     def merge(self, other: BackfillStats) -> None:
         super().merge(other)
-        for parent, count in getattr(other, "parents", []):
-            self._add_run(parent, count)
         if isinstance(other, WorkerLinesTally):
+            for parent, count in other.parents:
+                self._add_run(parent, count)
+            if other.open_run is not None:
+                self._add_run(*other.open_run)
             self.transcripts.merge(other.transcripts)
 
     def _add_run(self, parent: str, count: int) -> None:
-        if self.parents and self.parents[-1][0] == parent:
-            self.parents[-1][1] += count
-        else:
-            self.parents.append([parent, count])
+        if self.open_run is not None and self.open_run[0] == parent:
+            self.open_run[1] += count
+            return
+        if self.open_run is not None:
+            self.parents.append(self.open_run)
+        self.open_run = [parent, count]
+
+    def runs(self) -> list[list[Any]]:
+        """Every run in order, the last one closed: the summary's `parents`, once counting is done."""
+        if self.open_run is not None:
+            self.parents.append(self.open_run)
+            self.open_run = None
+        return self.parents
 
     def counters(self) -> BackfillStats:
-        state = {name: value for name, value in vars(self).items() if name not in ("parents", "transcripts")}
-        return BackfillStats(**state)
+        own = ("parents", "open_run", "transcripts")
+        return BackfillStats(**{name: value for name, value in vars(self).items() if name not in own})
 
 
 def _progress_by_candidate(units: list[RowsUnit], log: ProgressLog | None) -> Callable[[RowsUnit], None]:
@@ -154,7 +177,8 @@ def write_worker_sessions(
         )
     tally.opencode_db_available = stores.available
     stats = tally.counters()
-    write_json_atomic(
+    # Encoded piece by piece: the runs are read from their file as they are written.
+    write_json_streaming(
         outputs.worker_sessions_summary,
         {
             "opencodeDb": os.path.abspath(opencode_db),
@@ -163,7 +187,7 @@ def write_worker_sessions(
             # they belong to (size), their counters and their order.
             "bytes": outputs.worker_sessions.stat().st_size,
             "counters": dataclasses.asdict(stats),
-            "parents": tally.parents,
+            "parents": tally.runs(),
             "transcripts": tally.transcripts.to_json(),
         },
     )
