@@ -109,6 +109,15 @@ def test_worker_cwds_are_read_again_in_a_forked_process(tmp_path: Path) -> None:
     assert cwds.sessions_of("/wt/a") == ["s1"]
 
 
+def test_a_few_worker_cwds_are_counted_without_a_file() -> None:
+    """A small round's cwds stay in memory until a query needs them: its checks run where the
+    disk takes no file (a file-size limit, say) as long as the store is not read."""
+    cwds = WorkerCwds.of(["/wt/a", "/wt/b", "/wt/a"])
+    assert (len(cwds), sorted(cwds), cwds.path.exists()) == (2, ["/wt/a", "/wt/b"], False)
+    assert list(cwds.listed_sessions()) == [[], [], []] and cwds.path.exists()
+    assert (len(cwds), sorted(cwds)) == (2, ["/wt/a", "/wt/b"])
+
+
 def test_worker_cwds_leave_no_folder_behind() -> None:
     cwds = WorkerCwds.of(["/wt/a"])
     folder = cwds.path.parent

@@ -129,9 +129,6 @@ def recount_inputs(
         )
         for line in lines:
             recount.expected.append(line, key=line.rollout_id)
-        recount.expected.flush()
-        recount.supervisor_cells.rows.flush()
-    recount.keys.flush()
     return recount
 
 

@@ -128,9 +128,7 @@ class SpilledRows:
             self.flush()
 
     def flush(self) -> None:
-        """Write the pending records. A reader does this first; a writer that is done does it so
-        that the last batch is not kept alive in memory, where its few objects would each pin a
-        block of the allocator that the run's process then never gets back."""
+        """Write the pending records (a reader does this first)."""
         if self._pending:
             # One transaction a batch: in autocommit each row would be a transaction of its own,
             # with its own lock and unlock of the file (16 us a row instead of about 1).

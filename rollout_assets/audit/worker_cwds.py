@@ -61,10 +61,12 @@ class WorkerCwds:
         self._folder = tempfile.mkdtemp(prefix="rollout-audit-cwds-")
         self.path = Path(self._folder, "cwds.sqlite")
         self._pending: list[tuple[bytes, str | None]] = []  # the cwds added since the last write
-        self._connection = self._connect()
-        self._connection.executescript(_SCHEMA)
+        # The file is made at the first full batch or the first query: a small round's cwds are
+        # counted without touching the disk unless the store is read.
+        self._connection: sqlite3.Connection | None = None
+        self._opened: list[sqlite3.Connection] = []  # closed with the folder's removal
         self._pid = os.getpid()
-        self._finalizer = weakref.finalize(self, _close, self._connection, self._folder)
+        self._finalizer = weakref.finalize(self, _close, self._opened, self._folder, self._pid)
 
     @classmethod
     def of(cls, cwds: Iterable[str]) -> WorkerCwds:
@@ -82,7 +84,11 @@ class WorkerCwds:
         """The connection, with what is pending written; a forked process opens its own (an
         SQLite connection must not cross a fork)."""
         if os.getpid() != self._pid:
-            self._connection, self._pid, self._pending = self._connect(), os.getpid(), []
+            self._connection, self._pid, self._pending = None, os.getpid(), []
+        if self._connection is None:
+            self._connection = self._connect()
+            self._opened.append(self._connection)
+            self._connection.executescript(_SCHEMA)
         if self._pending:
             self._connection.execute("BEGIN")
             self._connection.executemany("INSERT OR IGNORE INTO cwd (name, text) VALUES (?, ?)", self._pending)
@@ -99,12 +105,21 @@ class WorkerCwds:
             self._ready()
 
     def __len__(self) -> int:
+        if self._connection is None:
+            return len(self._unwritten())
         return self._ready().execute("SELECT count(*) FROM cwd").fetchone()[0]
 
     def __iter__(self) -> Iterator[str]:
         """Each cwd once (in no particular order)."""
+        if self._connection is None:
+            yield from self._unwritten()
+            return
         for (name,) in self._ready().execute("SELECT name FROM cwd"):
             yield name.decode("utf-8", "surrogatepass")
+
+    def _unwritten(self) -> list[str]:
+        """The distinct cwds, while none is on disk yet."""
+        return [name.decode("utf-8", "surrogatepass") for name in dict.fromkeys(row[0] for row in self._pending)]
 
     def read_sessions(self, store: sqlite3.Connection, *, by_time: bool) -> None:
         """Join the cwds to the `session` table of `store` (the audit's own copy), oldest first
@@ -154,6 +169,8 @@ class WorkerCwds:
         self._finalizer()
 
 
-def _close(connection: sqlite3.Connection, folder: str) -> None:
-    connection.close()
-    shutil.rmtree(folder, ignore_errors=True)
+def _close(connections: list[sqlite3.Connection], folder: str, owner: int) -> None:
+    for connection in connections:
+        connection.close()
+    if os.getpid() == owner:  # never from a forked process, while its parent reads the file
+        shutil.rmtree(folder, ignore_errors=True)
