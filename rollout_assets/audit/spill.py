@@ -215,7 +215,8 @@ class SpilledRows:
     def counted(self, label: str) -> Counter[Any]:
         """The one-value records of the rows labeled `label`, each value as often as appended."""
         counts: Counter[Any] = Counter()
-        for (record,) in self._query("SELECT record FROM rows WHERE label IS ?", (label,)):
+        self.flush()  # no index: the rows are read by label, and the key index costs a sort of them
+        for (record,) in self._connection.execute("SELECT record FROM rows WHERE label IS ?", (label,)):
             (value,) = marshal.loads(record)
             counts[value] += 1
         return counts
@@ -227,7 +228,7 @@ class SpilledRows:
         (`tally_key`), grouped in SQL; the value shown is the group's first here, else there,
         as a Counter keeps the first of equal keys."""
         other.flush()
-        self._query("SELECT 1")
+        self.flush()  # the key index would not serve the GROUP BY over both files: not built
         self._connection.execute("ATTACH DATABASE ? AS other", (str(other.path),))
         try:
             rows = self._connection.execute(
