@@ -162,9 +162,11 @@ class SpilledRows:
 
     # Reading
 
-    def _query(self, sql: str, parameters: Iterable[Any] = ()) -> sqlite3.Cursor:
+    def _query(self, sql: str, parameters: Iterable[Any] = (), *, by_key: bool = True) -> sqlite3.Cursor:
+        """`sql` on the rows written so far; the key index is built first unless the query does
+        not look rows up by key (`by_key` False: building it sorts every row)."""
         self.flush()
-        if not self._indexed:
+        if by_key and not self._indexed:
             self._connection.execute("CREATE INDEX IF NOT EXISTS rows_key ON rows (key)")
             self._connection.execute("ANALYZE")
             self._indexed = True
@@ -215,8 +217,7 @@ class SpilledRows:
     def counted(self, label: str) -> Counter[Any]:
         """The one-value records of the rows labeled `label`, each value as often as appended."""
         counts: Counter[Any] = Counter()
-        self.flush()  # no index: the rows are read by label, and the key index costs a sort of them
-        for (record,) in self._connection.execute("SELECT record FROM rows WHERE label IS ?", (label,)):
+        for (record,) in self._query("SELECT record FROM rows WHERE label IS ?", (label,), by_key=False):
             (value,) = marshal.loads(record)
             counts[value] += 1
         return counts
@@ -228,8 +229,7 @@ class SpilledRows:
         (`tally_key`), grouped in SQL; the value shown is the group's first here, else there,
         as a Counter keeps the first of equal keys."""
         other.flush()
-        self.flush()  # the key index would not serve the GROUP BY over both files: not built
-        self._connection.execute("ATTACH DATABASE ? AS other", (str(other.path),))
+        self._query("ATTACH DATABASE ? AS other", (str(other.path),), by_key=False)
         try:
             rows = self._connection.execute(
                 # The bare `record` is the row's with the least (side, n): SQLite's rule for
