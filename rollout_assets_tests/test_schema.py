@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from rollout_assets.ledger import ROLLOUT_SCHEMA, ChatMessage, RolloutLine, rollout_json_schema
+from rollout_assets.ledger.schema import PARSED_FROM_JSON
 from rollout_assets_tests.ledger_samples import SUPERVISOR_GAP, sample_line, sample_worker_line
 
 
@@ -230,6 +231,20 @@ def test_infinity_in_verdict_is_rejected() -> None:
     assert rejection(line) == [
         ("outcome.verdict", "Value error, verdict.composite is inf: NaN and Infinity are not JSON")
     ]
+
+
+def test_a_line_parsed_from_json_is_not_walked_again_for_json_values() -> None:
+    """PARSED_FROM_JSON is the caller's word that the free-form values came out of a strict JSON
+    parser: the walk over them is skipped, the typed fields are still checked."""
+    line = sample_line()
+    line["outcome"]["metrics"]["subtasks"] = [{"score": float("nan")}]
+    line["tool_defs"] = [{"name": float("inf")}]
+
+    RolloutLine.model_validate(line, context=PARSED_FROM_JSON)
+    assert [field for field, _ in rejection(line)] == ["tool_defs", "outcome.metrics"]
+    line["cost"]["usd"] = float("nan")
+    with pytest.raises(ValidationError, match="cost.usd"):
+        RolloutLine.model_validate(line, context=PARSED_FROM_JSON)
 
 
 def test_non_json_value_in_metrics_is_rejected() -> None:

@@ -24,7 +24,7 @@ from rollout_assets.audit.spill import SpilledRows, tally_key
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
 from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
 from rollout_assets.counters import FIRST, KEEP, merge_counters, sample
-from rollout_assets.ledger.schema import RolloutLine
+from rollout_assets.ledger.schema import PARSED_FROM_JSON, RolloutLine
 
 
 class MalformedLedgerLine(ValueError):
@@ -256,7 +256,8 @@ class LedgerRecount:
 
     def _check_integrity(self, value: Any, where: str, lineno: int) -> None:
         try:
-            RolloutLine.model_validate(value)
+            # Read strictly by ledger_json: its free-form values are JSON (no NaN, string keys).
+            RolloutLine.model_validate(value, context=PARSED_FROM_JSON)
         except ValidationError as error:
             self.invalid_lines += 1
             self._problem(f"{where}: {_why_invalid(error)}")

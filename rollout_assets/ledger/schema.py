@@ -90,7 +90,15 @@ def json_value_problem(value: Any, where: str) -> str | None:
     return f"{where} is a {type(value).__name__}, not a JSON value"
 
 
-def _require_json(value: Any, where: str) -> Any:
+# The validation context of a line its caller parsed from JSON text by a parser that refuses
+# NaN and Infinity (`RolloutLine.model_validate(value, context=PARSED_FROM_JSON)`): its
+# free-form values are plain JSON by construction, so they are not walked again.
+PARSED_FROM_JSON = {"parsed_from_json": True}
+
+
+def _require_json(value: Any, where: str, info: ValidationInfo) -> Any:
+    if info.context is not None and info.context.get("parsed_from_json") is True:
+        return value
     problem = json_value_problem(value, where)
     if problem is not None:
         raise ValueError(problem)
@@ -188,8 +196,8 @@ class Policy(BaseModel):
 
     @field_validator("sampling")
     @classmethod
-    def _sampling_is_json(cls, sampling: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _require_json(sampling, "sampling")
+    def _sampling_is_json(cls, sampling: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        return _require_json(sampling, "sampling", info)
 
 
 class Outcome(BaseModel):
@@ -209,7 +217,7 @@ class Outcome(BaseModel):
     @field_validator("verdict", "metrics")
     @classmethod
     def _free_form_is_json(cls, value: Any, info: ValidationInfo) -> Any:
-        return _require_json(value, str(info.field_name))
+        return _require_json(value, str(info.field_name), info)
 
     @model_validator(mode="after")
     def _gated_reward_is_not_positive(self) -> "Outcome":
@@ -311,8 +319,8 @@ class RolloutLine(BaseModel):
 
     @field_validator("tool_defs")
     @classmethod
-    def _tool_defs_are_json(cls, tool_defs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return _require_json(tool_defs, "tool_defs")
+    def _tool_defs_are_json(cls, tool_defs: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
+        return _require_json(tool_defs, "tool_defs", info)
 
     @model_validator(mode="after")
     def _gap_line_says_why(self) -> "RolloutLine":
