@@ -123,23 +123,28 @@ def _replicate_verdict(artifact: Any, error: Any) -> bool | None:
 RUN_DIR_ROOTS = "ROLLOUT_RUN_DIR_ROOTS"
 
 
-def _allowed(path: str, out_dir: Path) -> bool:
-    """Whether `path`, symlinks followed, is inside the round or a configured run folder root."""
+def _allowed_roots(out_dir: Path) -> tuple[str, ...]:
+    """The folders a run folder's files may resolve inside, symlinks followed, each ending in
+    "/": the round and every configured run folder root. Resolved once per task, not per cell
+    (each resolution reads every component of the path)."""
+    roots = [out_dir, *(root for root in os.environ.get(RUN_DIR_ROOTS, "").split(":") if os.path.isabs(root))]
+    return tuple(os.path.realpath(root).rstrip("/") + "/" for root in roots)
+
+
+def _allowed(path: str, roots: tuple[str, ...]) -> bool:
+    """Whether `path`, symlinks followed, is inside one of `roots` (`_allowed_roots`)."""
     real = os.path.realpath(path)
-    roots = [os.path.realpath(out_dir)] + [
-        os.path.realpath(root) for root in os.environ.get(RUN_DIR_ROOTS, "").split(":") if os.path.isabs(root)
-    ]
-    return any(real == root or real.startswith(root.rstrip("/") + "/") for root in roots)
+    return any(real == root[:-1] or real.startswith(root) for root in roots)
 
 
-def _result_json(run_dir: str | None, out_dir: Path) -> dict[str, Any] | None:
+def _result_json(run_dir: str | None, roots: tuple[str, ...]) -> dict[str, Any] | None:
     # A relative runDir names no file (docs/input-formats.md); nor does one whose result.json
     # resolves outside the round and the configured roots.
     if run_dir is None or not os.path.isabs(run_dir):
         return None
     path = os.path.join(run_dir, "result.json")
     try:
-        if not _allowed(path, out_dir):
+        if not _allowed(path, roots):
             return None
         result = input_json(read_regular_file(path))
     except (OSError, ValueError):
@@ -255,8 +260,9 @@ def _supervisor_gap(cell: Cell, result: dict[str, Any] | None, cwds: tuple[str, 
 def _recount_campaign(out_dir: Path, candidate_id: str, campaign: Path, names: list[str]) -> _CampaignPart:
     in_order: list[_Row] = []
     without_list: list[str] = []
+    roots = _allowed_roots(out_dir)
     for cell in _campaign_cells(candidate_id, campaign, names):
-        result = _result_json(cell.run_dir, out_dir)
+        result = _result_json(cell.run_dir, roots)
         recovered = result.get("recoveredSpend") if result is not None else None
         listed = recovered.get("workerCwds") if isinstance(recovered, dict) else None
         cwds = (
