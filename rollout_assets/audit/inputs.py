@@ -4,7 +4,6 @@ should produce, in ledger order (`ExpectedLine`)."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -111,7 +110,7 @@ def recount_inputs(
     store = read_store(opencode_db, cells.worker_cwds) if opencode_db is not None else StoreReading(False)
     receipts = list(shot_receipts(out_dir))
     recount = InputsRecount(
-        keys=_keys(cells, store),
+        keys=SpilledRows(),
         cells_without_worker_list=cells.without_list,
         receipts=Counter(receipt.key for receipt in receipts),
         store_readable=store.readable,
@@ -120,30 +119,32 @@ def recount_inputs(
         opencode_db=opencode_db,
         claude_projects=claude_projects,
         store=store,
+        expected=SpilledRows(ExpectedLine) if opencode_db is not None else None,
     )
-    if opencode_db is not None:
+    _walk_cells(recount, cells)
+    if recount.expected is not None:
         worktrees = assign_joins(out_dir, proposer_worktrees(out_dir, receipts, claude_projects))
-        recount.expected = SpilledRows(ExpectedLine)
-        lines = itertools.chain(
-            _cell_lines(recount, cells), _proposer_lines(recount, cells, worktrees)
-        )
-        for line in lines:
+        for line in _proposer_lines(recount, cells, worktrees):
             recount.expected.append(line, key=line.rollout_id)
     return recount
 
 
-def _keys(cells: CellsRecount, store: StoreReading) -> SpilledRows:
-    keys = SpilledRows()
+def _walk_cells(recount: InputsRecount, cells: CellsRecount) -> None:
+    """The counting checks' keys and, with the store, the expected lines of every cell, in
+    one walk of the cells and their cwds' sessions."""
+    keys, expected = recount.keys, recount.expected
     for cwd in cells.worker_cwds:
         keys.append((cwd,), key=tally_key(cwd), label="worker_cwds")
-    for cell, cwds, _ in _cells_with_sessions(cells, store):
+    for cell, cwds, supervisor_gap in _cells_with_sessions(cells, recount.store):
         task = (cell.candidate_id, cell.scenario_id, cell.rep)
         keys.append((task,), key=tally_key(task), label="cells")
         # once per cell listing the session's cwd: two cells listing one cwd both get its lines
         for _, sessions in cwds:
             for session in sessions:
                 keys.append((session,), key=tally_key(session), label="session_ids")
-    return keys
+        if expected is not None:
+            for line in _cell_lines(recount, cell, cwds, supervisor_gap):
+                expected.append(line, key=line.rollout_id)
 
 
 def _cells_with_sessions(
@@ -179,27 +180,29 @@ def _run_id(out_dir: Path) -> str:
 # gap may be.
 
 
-def _cell_lines(recount: InputsRecount, cells: CellsRecount) -> Iterator[ExpectedLine]:
+def _cell_lines(
+    recount: InputsRecount, cell: Cell, cwds: tuple[tuple[str, list[str]], ...], supervisor_gap: str
+) -> Iterator[ExpectedLine]:
+    """The lines of one cell: its supervisor's, then its workers'."""
     run_id, store = recount.run_id, recount.store
-    for cell, cwds, supervisor_gap in _cells_with_sessions(cells, store):
-        supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
-        recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))
-        # A worker line carries its supervisor's candidate and task.
-        coordinates = (
-            cell.candidate_id,
-            *generation_and_index(cell.candidate_id),
-            cell.scenario_id,
-            cell.rep,
-        )
-        names = (cell.candidate_id, cell.scenario_id, cell.rep)
-        yield ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
-        for cwd, found in cwds:
-            gap = SESSION if found else NO_SESSION if store.readable else STORE_UNAVAILABLE
-            for session in found or ["-"]:
-                worker = rollout_id(f"{supervisor}|{cwd}|{session}")
-                yield ExpectedLine(
-                    worker, cell.reward, coordinates, ("worker", cwd, session, *names), supervisor, gap
-                )
+    supervisor = rollout_id(f"{run_id}|supervisor|{cell.candidate_id}|{cell.scenario_id}|{cell.rep}")
+    recount.supervisor_cells[supervisor] = (cell.run_dir, len(cwds))
+    # A worker line carries its supervisor's candidate and task.
+    coordinates = (
+        cell.candidate_id,
+        *generation_and_index(cell.candidate_id),
+        cell.scenario_id,
+        cell.rep,
+    )
+    names = (cell.candidate_id, cell.scenario_id, cell.rep)
+    yield ExpectedLine(supervisor, cell.reward, coordinates, ("supervisor", *names), None, supervisor_gap)
+    for cwd, found in cwds:
+        gap = SESSION if found else NO_SESSION if store.readable else STORE_UNAVAILABLE
+        for session in found or ["-"]:
+            worker = rollout_id(f"{supervisor}|{cwd}|{session}")
+            yield ExpectedLine(
+                worker, cell.reward, coordinates, ("worker", cwd, session, *names), supervisor, gap
+            )
 
 
 def _proposer_lines(
