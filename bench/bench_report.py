@@ -66,6 +66,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         )
     lines += ["", *dagster_steps_table(results)]
     lines += ["", *dagster_cost_model(results)]
+    lines += ["", *checks_share_table(results)]
     lines += ["", *targets_table(results)]
     return "\n".join(lines) + "\n"
 
@@ -97,6 +98,44 @@ def dagster_memory_table(results: list[dict]) -> list[str]:
     ]
 
 
+# The checks' share of the Dagster run at x1 before the gap lines were proved (3.3 s of 14.3 s,
+# docs/performance.md "The cost of proving every gap"): the share proving them was not to raise.
+SHARE_BEFORE_GAP_PROOFS = 0.23
+GAP_PROOFS_STEP = "rollout_ledger_every_gap_is_warranted"
+
+
+def _checks_share(r: dict) -> float:
+    return _cost_parts(r)["checks"] / r["dagster_s"]
+
+
+def checks_share_table(results: list[dict]) -> list[str]:
+    """The checks' steps as a share of the whole Dagster command: in all, without the gap
+    proofs' step, and the least share checks that read every input and the ledger once (the
+    read floor of the cost table) could have beside these asset steps."""
+    cores = len(os.sched_getaffinity(0))
+    rows = []
+    for r in results:
+        checks = _cost_parts(r)["checks"]
+        gaps = r["dagster_steps"].get(GAP_PROOFS_STEP, 0.0)
+        floor = (r["floor_s"] + r["ledger_floor_s"]) / cores
+        rows.append((checks, gaps, checks / r["dagster_s"], (checks - gaps) / (r["dagster_s"] - gaps),
+                     floor / (r["dagster_s"] - checks + floor)))
+    header = "| | " + " | ".join(f"x{r['scale']}" for r in results) + " |"
+    return [
+        "The checks' share of the Dagster materialization (their steps over the whole command; before",
+        f"the gap lines were proved it was {SHARE_BEFORE_GAP_PROOFS:.0%} at x1):",
+        "",
+        header,
+        "|---|" + "---|" * len(results),
+        "| the checks' steps, s | " + " | ".join(f"{row[0]:.1f}" for row in rows) + " |",
+        "| of them the gap proofs (`every_gap_is_warranted`), s | " + " | ".join(f"{row[1]:.1f}" for row in rows) + " |",
+        "| the checks' share | " + " | ".join(f"{row[2]:.0%}" for row in rows) + " |",
+        "| the share without the gap proofs' step | " + " | ".join(f"{row[3]:.0%}" for row in rows) + " |",
+        "| the least share of checks that only read (the read floor beside these asset steps) | "
+        + " | ".join(f"{row[4]:.0%}" for row in rows) + " |",
+    ]
+
+
 # The Dagster materialization's memory ceiling at every scale (MiB, PSS of all its processes),
 # and how much more the largest round may need than x1: memory must not follow the round.
 DAGSTER_PEAK_MIB = 192
@@ -125,6 +164,9 @@ def targets_table(results: list[dict]) -> list[str]:
          ", ".join(f"x{r['scale']} {r['backfill_s'] / r['floor_s']:.2f}" for r in results)),
         ("training rows <= 0.5 x library backfill", all(r["training_s"] <= 0.5 * r["backfill_s"] for r in results),
          ", ".join(f"x{r['scale']} {r['training_s'] / r['backfill_s']:.2f}" for r in results)),
+        (f"the checks' share of the Dagster materialization <= {SHARE_BEFORE_GAP_PROOFS:.0%}",
+         all(_checks_share(r) <= SHARE_BEFORE_GAP_PROOFS for r in results),
+         ", ".join(f"x{r['scale']} {_checks_share(r):.0%}" for r in results)),
     ]
     if len(results) > 1:
         growth = f"x1 -> x{largest['scale'] // base['scale']}"
