@@ -219,6 +219,12 @@ def prepare_scale(workdir: Path, scale: int, args: argparse.Namespace) -> Prepar
         # The ledger's lines parsed once: with the floor, what checks that prove each line from
         # the inputs must read at least (they read every input and the ledger).
         "ledger_floor": ([str(BIN / "python"), "bench/parse_floor.py", "--ledger", str(root / "cli-ledger.jsonl")], None),
+        # Both again with orjson, the parser the project reads with: the least that reading the
+        # inputs and the ledger costs the checks here.
+        "floor_orjson": ([str(BIN / "python"), "bench/parse_floor.py", "--orjson", str(out_dir),
+                          str(layout.opencode_db), str(layout.claude_projects_dir)], None),
+        "ledger_floor_orjson": ([str(BIN / "python"), "bench/parse_floor.py", "--orjson", "--ledger",
+                                 str(root / "cli-ledger.jsonl")], None),
         # The training data of the backfill's ledger, and then its checks (docs/training.md).
         "training": ([str(BIN / "python"), "bench/training_step.py", "export", str(root / "cli-ledger.jsonl"),
                       str(root / "training")], None),
@@ -283,6 +289,8 @@ def summarize(prepared: Prepared, runs: Runs, memory: dict[str, Measured], args:
         "floor_s": floor.wall_s,
         "floor_rss_mib": memory["floor"].peak_rss_mib,
         "ledger_floor_s": chosen["ledger_floor"][0].wall_s,
+        "floor_orjson_s": chosen["floor_orjson"][0].wall_s,
+        "ledger_floor_orjson_s": chosen["ledger_floor_orjson"][0].wall_s,
         "backfill_s": backfill.wall_s,
         "backfill_cpu_s": backfill.cpu_s,
         "backfill_rss_mib": memory["backfill"].peak_rss_mib,

@@ -3,6 +3,7 @@ the standard `json` module, write nothing.
 
     python bench/parse_floor.py OUTDIR OPENCODE_DB CLAUDE_PROJECTS_DIR
     python bench/parse_floor.py --ledger LEDGER      # the ledger's lines alone
+    python bench/parse_floor.py --orjson ...         # either, parsed with orjson
 
 It is the cost any backfill must pay at least: the cell caches, every result.json and
 judge.json, the shot receipts, the cost ledger, the message and part rows of every session of
@@ -11,6 +12,10 @@ prints the bytes and JSON documents it parsed, as JSON.
 
 With `--ledger` it parses every line of a ledger instead: with the inputs' floor, what any
 check that proves the ledger line by line from the inputs must read at least.
+
+With `--orjson` the same documents are parsed with orjson, the parser the project reads with:
+the least that reading them costs here, against which the checks are held (the standard
+module's floor is the one the backfill is held to).
 """
 
 import json
@@ -26,15 +31,16 @@ _SLUG = re.compile(r"[^A-Za-z0-9-]")
 class _Parser:
     """Parses documents with the standard module, counting them and their bytes."""
 
-    def __init__(self) -> None:
+    def __init__(self, loads=json.loads) -> None:
         self.parsed_bytes = self.documents = 0
+        self.loads = loads
 
     def __call__(self, raw: bytes):
         self.parsed_bytes += len(raw)
         self.documents += 1
         try:
-            return json.loads(raw)
-        except ValueError:
+            return self.loads(raw)
+        except ValueError:  # orjson's JSONDecodeError is one too
             return None
 
 
@@ -102,27 +108,33 @@ def _proposer_files(out: Path, claude_projects: str, parse: _Parser) -> None:
                         parse(line)
 
 
-def main(out_dir: str, opencode_db: str, claude_projects: str) -> None:
+def main(out_dir: str, opencode_db: str, claude_projects: str, loads=json.loads) -> None:
     out = Path(os.path.abspath(out_dir))
-    parse = _Parser()
+    parse = _Parser(loads)
     cwds = _round_files(out, parse)
     _sessions(opencode_db, cwds, parse)
     _proposer_files(out, claude_projects, parse)
     print(json.dumps({"bytes": parse.parsed_bytes, "documents": parse.documents}))
 
 
-def ledger_floor(ledger: str) -> None:
+def ledger_floor(ledger: str, loads=json.loads) -> None:
     parsed_bytes = documents = 0
     with open(ledger, "rb") as handle:
         for line in handle:
-            json.loads(line)
+            loads(line)
             parsed_bytes += len(line)
             documents += 1
     print(json.dumps({"bytes": parsed_bytes, "documents": documents}))
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--ledger":
-        ledger_floor(sys.argv[2])
+    arguments = sys.argv[1:]
+    parser = json.loads
+    if arguments[0] == "--orjson":
+        import orjson
+
+        parser, arguments = orjson.loads, arguments[1:]
+    if arguments[0] == "--ledger":
+        ledger_floor(arguments[1], parser)
     else:
-        main(*sys.argv[1:4])
+        main(*arguments[:3], loads=parser)
