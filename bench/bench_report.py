@@ -122,7 +122,7 @@ def checks_share_table(results: list[dict]) -> list[str]:
         checks = _cost_parts(r)["checks"]
         gaps = r["dagster_steps"].get(GAP_PROOFS_STEP, 0.0)
         floor = _read_floor(r)
-        rows.append((checks, gaps, checks / r["dagster_s"], (checks - gaps) / (r["dagster_s"] - gaps),
+        rows.append((checks, gaps, _checks_share(r), (checks - gaps) / (r["dagster_s"] - gaps),
                      floor / (r["dagster_s"] - checks + floor)))
     header = "| | " + " | ".join(f"x{r['scale']}" for r in results) + " |"
     return [

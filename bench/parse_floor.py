@@ -29,7 +29,7 @@ _SLUG = re.compile(r"[^A-Za-z0-9-]")
 
 
 class _Parser:
-    """Parses documents with the standard module, counting them and their bytes."""
+    """Parses documents with `loads` (the standard module's by default), counting them and their bytes."""
 
     def __init__(self, loads=json.loads) -> None:
         self.parsed_bytes = self.documents = 0

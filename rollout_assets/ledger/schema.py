@@ -93,11 +93,12 @@ def json_value_problem(value: Any, where: str) -> str | None:
 # The validation context of a line its caller parsed from JSON text by a parser that refuses
 # NaN and Infinity (`RolloutLine.model_validate(value, context=PARSED_FROM_JSON)`): its
 # free-form values are plain JSON by construction, so they are not walked again.
-PARSED_FROM_JSON = {"parsed_from_json": True}
+_PARSED_FROM_JSON_KEY = "parsed_from_json"
+PARSED_FROM_JSON = {_PARSED_FROM_JSON_KEY: True}
 
 
 def _require_json(value: Any, where: str, info: ValidationInfo) -> Any:
-    if info.context is not None and info.context.get("parsed_from_json") is True:
+    if info.context is not None and info.context.get(_PARSED_FROM_JSON_KEY) is True:
         return value
     problem = json_value_problem(value, where)
     if problem is not None:

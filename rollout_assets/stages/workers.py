@@ -17,9 +17,9 @@ from rollout_assets.backfill.lines import LineContext
 from rollout_assets.backfill.losses import TranscriptDigest
 from rollout_assets.backfill.parallel import CELLS_PER_UNIT, StorePerProcess, default_workers, write_units
 from rollout_assets.counters import KEEP
-from rollout_assets.spilled_list import SpilledList
 from rollout_assets.io import file_identity
 from rollout_assets.ledger import LedgerWriter, decode_record
+from rollout_assets.spilled_list import SpilledList
 from rollout_assets.stages.cells import ProgressLog
 from rollout_assets.stages.json_file import write_json_streaming
 from rollout_assets.stages.layout import RoundOutputs
