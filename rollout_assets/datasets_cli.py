@@ -8,6 +8,7 @@ for inspection, a release that fails a check is not put in place.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +31,9 @@ def add_dataset_commands(commands: Any) -> None:
     release.add_argument("--name", help="the release's name (default: rollout-dataset)")
     release.add_argument("--round", dest="rounds", action="append", metavar="KEY", help="a round to include (repeatable)")
     release.add_argument("--config", type=Path, metavar="FILE", help="a JSON file of release settings")
+    release.add_argument(
+        "--allow", type=Path, metavar="FILE", help="finding hashes a person checked and allows (one a line)"
+    )
 
 
 def _filter_options(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +92,7 @@ def _round_inputs(ledger_root: Path, keys: list[str] | None, scratch: Path) -> l
 
 def run_release(args: argparse.Namespace) -> int:
     from rollout_assets.release import ReleaseConfig, build_release, load_config_file
+    from rollout_assets.release.allowlist import read_allowlist
     from rollout_assets.release.config import MissingLicense
 
     overrides = {"license": args.license, "name": args.name}
@@ -96,6 +101,8 @@ def run_release(args: argparse.Namespace) -> int:
             config = load_config_file(args.config, **overrides)
         else:
             config = ReleaseConfig(license=args.license or "", **({"name": args.name} if args.name else {}))
+        if args.allow is not None:
+            config = dataclasses.replace(config, allowed=read_allowlist(args.allow))
     except MissingLicense as error:
         args.command_parser.print_usage(sys.stderr)
         print(f"rollout-assets: error: {error}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """`rollout-assets export` and `rollout-assets release`, run as the command a user types."""
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -56,7 +57,7 @@ def test_release_of_every_round(tmp_path: Path) -> None:
     result = _cli("release", _ledger_root(tmp_path, "key ghp_R8s7T6u5V4w3X2y1Z0a9B8c7D6e5F4g3H2i1"),
                   tmp_path / "releases", "--license", "cc-by-4.0", "--name", "demo")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "scrubbed: github-token 12" in result.stdout
+    assert "github-token 12" in result.stdout
     manifest = json.loads((tmp_path / "releases" / "demo" / "manifest.json").read_text())
     assert [entry["round"] for entry in manifest["rounds"]] == ["round-001", "round-002"]
     assert sum(manifest["rows"]["sft"].values()) == 12
@@ -70,12 +71,34 @@ def test_release_without_a_license_exits_2(tmp_path: Path) -> None:
 
 
 def test_a_release_with_a_secret_left_is_not_written(tmp_path: Path) -> None:
-    # A SendGrid key: a shape the scrubber does not know, and the scan does.
-    secret = "SG.abcdefghijklmnopqrstuv.wxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abc"
-    result = _cli("release", _ledger_root(tmp_path, secret), tmp_path / "releases", "--license", "mit")
+    # The scrubber sees the rows; a round's folder name reaches the card and the manifest as it
+    # is, and a token there is found by the scan, which refuses the release.
+    root = _ledger_root(tmp_path)
+    (root / "round-002").rename(root / "round-ghp_R8s7T6u5V4w3X2y1Z0a9B8c7D6e5F4g3H2i1")
+    result = _cli("release", root, tmp_path / "releases", "--license", "mit")
     assert result.returncode == 1
-    assert "release_has_no_secrets" in result.stderr and "SendGrid API Key" in result.stderr
+    assert "release_has_no_secrets" in result.stderr and "README.md: line" in result.stderr
+    assert "github-token (sha1:" in result.stderr
     assert not (tmp_path / "releases" / "rollout-dataset").exists()
+
+
+def test_an_allowlisted_finding_lets_the_release_through(tmp_path: Path) -> None:
+    root = _ledger_root(tmp_path)
+    (root / "round-002").rename(root / "round-ghp_R8s7T6u5V4w3X2y1Z0a9B8c7D6e5F4g3H2i1")
+    refused = _cli("release", root, tmp_path / "releases", "--license", "mit")
+    # Each value once: the token (in the card), and with it the quoted name (in the manifest).
+    hashes = sorted(set(re.findall(r"sha1:[0-9a-f]{40}", refused.stderr)))
+    assert len(hashes) == 2
+    allow = tmp_path / "allow.txt"
+    allow.write_text("# the round's name, checked: a test token\n" + "\n".join(hashes) + "\n")
+    result = _cli("release", root, tmp_path / "releases", "--license", "mit", "--allow", allow)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "releases" / "rollout-dataset" / "scrub-report.json").read_text())
+    assert sorted(report["allowed"]) == sorted(hashes)
+    bad = tmp_path / "bad-allow.txt"
+    bad.write_text("not a hash\n")
+    result = _cli("release", root, tmp_path / "releases", "--license", "mit", "--allow", bad)
+    assert result.returncode == 1 and f"{bad}:1: 'not a hash' is not a finding's hash" in result.stderr
 
 
 def test_release_of_a_round_that_is_not_there(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ class ReleaseCounts:
     rows: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {s: 0 for s in SPLITS} for k in KINDS})
     duplicates: dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})
     scrubbed: Counter[str] = field(default_factory=Counter)
+    allowed_kept: Counter[str] = field(default_factory=Counter)  # allowlisted hash -> values kept
     sft_tokens: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SPLITS})
     models: set[str] = field(default_factory=set)
     instances: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SPLITS})
@@ -64,7 +65,7 @@ def _content_digest(row: dict[str, Any]) -> bytes:
 def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseConfig) -> ReleaseCounts:
     """The data files of the release, into `folder` (a fresh folder)."""
     counts = ReleaseCounts()
-    scrubber = Scrubber(host_names=config.host_names)
+    scrubber = Scrubber(host_names=config.host_names, allowed=config.allowed)
     for kind, dataset in KINDS.items():
         schema = schemas()[dataset]
         seen: set[bytes] = set()
@@ -93,6 +94,7 @@ def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseCo
                         if row["metadata"]["model"]:
                             counts.models.add(clean["metadata"]["model"])
     counts.scrubbed = scrubber.counts
+    counts.allowed_kept = Counter({digest: scrubber.allowed_kept[digest] for digest in config.allowed})
     return counts
 
 

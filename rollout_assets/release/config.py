@@ -30,6 +30,7 @@ class ReleaseConfig:
     split_unit: str = "instance"
     test_fraction: float = 0.1
     host_names: tuple[str, ...] = field(default=())
+    allowed: frozenset[str] = field(default=frozenset())  # finding hashes a person checked (allowlist.py)
 
     def __post_init__(self) -> None:
         if not self.license or not self.license.strip():
@@ -48,6 +49,7 @@ class ReleaseConfig:
             "split_unit": self.split_unit,
             "test_fraction": self.test_fraction,
             "host_names": len(self.host_names),  # how many, never which: the names are what is scrubbed
+            "allowed": len(self.allowed),  # the hashes themselves are in the scrub report
         }
 
 

@@ -1,124 +1,136 @@
-"""The one scrubber every string of a release passes through.
+"""The one scrubber every string of a release passes through, and the finder it shares with
+the release's scan.
 
 Transcripts of coding agents carry what the agents saw: keys in environment dumps, tokens in
-`git remote -v`, private keys in files they read, home folders and host names. Each rule
-replaces what it finds with a placeholder that keeps the kind (`<SECRET:github-token>`,
-`/home/<USER>`, `<EMAIL>`, `<HOST>`) and that no rule matches again, so scrubbing twice
-changes nothing. Rules run in the order of RULES: whole blocks (PEM keys) first, then known
-key shapes, then the looser context rules (assignments, authorization headers), then people
-and places. docs/release.md lists the rules with examples.
+`git remote -v`, private keys in files they read, home folders and host names. A string's
+secrets are found by the project's rules (secret_rules.py) and by every text plugin of
+detect-secrets (detectors.py), in the string as written, unescaped once and twice (views.py),
+and inside base64 runs that decode to text; the spans found are merged and each is replaced
+by a placeholder naming its kind. Values a person has checked (an allowlist of their hashes)
+are left as they are. Scrubbing a scrubbed string finds nothing and changes nothing.
+docs/release.md lists the rules and the plugins.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-USER = "<USER>"
+from rollout_assets.release.detectors import detect, plugin_types
+from rollout_assets.release.secret_rules import HOST, PEOPLE_KINDS, RULES, SECRET_RULES, Finding, Rule, placeholder
+from rollout_assets.release.views import views_of
+
+# A run of base64 long enough to hide a token; what it decodes to is searched too.
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{24,}={0,2}(?![A-Za-z0-9+/=_-])")
+BASE64_KIND = "base64-encoded-secret"
 
 
-def _secret(kind: str) -> str:
-    return f"<SECRET:{kind}>"
+def value_hash(value: str) -> str:
+    """A finding's hash, as a person puts it in an allowlist: `sha1:` and the SHA-1 of the
+    value (the hash detect-secrets records in a baseline)."""
+    return "sha1:" + hashlib.sha1(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
-class Rule:
-    name: str
-    pattern: re.Pattern[str]
-    replace: str | Callable[[re.Match[str]], str]
+class Secret:
+    """A span of a string to replace, the kind that names it, and the hashes of the values
+    found in it (one each for overlapping findings: the span is kept only when all are allowed)."""
+
+    start: int
+    end: int
+    kind: str
+    replacement: str
+    hashes: tuple[str, ...]
 
 
-def _keep_prefix(kind: str) -> Callable[[re.Match[str]], str]:
-    """Keep group 1 (the name or header that gave the secret away), replace the value."""
-    return lambda match: match[1] + _secret(kind)
+def _decoded_text(run: str) -> str | None:
+    """What a base64 run decodes to, when that is text (not the bytes of a digest)."""
+    padded = run + "=" * (-len(run) % 4)
+    for decode in (base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            text = decode(padded).decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        if text and all(char.isprintable() or char in "\n\r\t" for char in text):
+            return text
+    return None
 
 
-# A value already scrubbed is never a value again.
-_NOT_A_PLACEHOLDER = r"(?!<SECRET:|<USER>|<EMAIL>|<HOST>)"
+def _detections(text: str) -> Iterator[Finding]:
+    for detection in detect(text):
+        kind = _kind_slug(detection.kind)
+        yield Finding(detection.start, detection.end, kind, placeholder(kind))
 
-RULES: tuple[Rule, ...] = (
-    Rule(
-        "private-key",
-        re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S),
-        _secret("private-key"),
-    ),
-    Rule("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), _secret("jwt")),
-    Rule("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{8,}"), _secret("anthropic-key")),
-    Rule("stripe-key", re.compile(r"\b(?:sk|rk|pk)_live_[A-Za-z0-9]{8,}"), _secret("stripe-key")),
-    Rule("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), _secret("openai-key")),
-    Rule("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), _secret("github-token")),
-    Rule("huggingface-token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), _secret("huggingface-token")),
-    Rule("slack-token", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{8,}"), _secret("slack-token")),
-    Rule("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), _secret("google-api-key")),
-    Rule("aws-access-key-id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), _secret("aws-access-key-id")),
-    Rule(
-        "aws-secret-key",
-        # 40 characters of base64 beside an AWS name (aws_secret_access_key=..., or after a key id).
-        re.compile(
-            r"((?:aws_?secret_?access_?key|aws_?secret|<SECRET:aws-access-key-id>)[\"']?\s*[:=,]?\s*[\"']?)"
-            r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
-            re.I,
-        ),
-        _keep_prefix("aws-secret-key"),
-    ),
-    Rule(
-        "authorization",
-        re.compile(r"(\b(?:Bearer|Basic|Token)\s+)" + _NOT_A_PLACEHOLDER + r"[A-Za-z0-9._~+/=-]{8,}"),
-        _keep_prefix("authorization"),
-    ),
-    Rule(
-        "url-credentials",
-        # https://user:token@host or https://token@github.com (git remote -v)
-        re.compile(r"(\b[a-z][a-z0-9+.-]*://)" + _NOT_A_PLACEHOLDER + r"[^\s/@:]+(?::[^\s/@]+)?@"),
-        lambda match: match[1] + _secret("url-credentials") + "@",
-    ),
-    Rule(
-        "secret-assignment",
-        # KEY and TOKEN only with a prefix (API_KEY, GITHUB_TOKEN): alone they are everyday
-        # code (`sorted(key=...)`). A value that is a call (`token = next(...)`) is code too.
-        re.compile(
-            r"((?<![<A-Za-z0-9_.-])(?:[A-Za-z0-9_.-]*(?:PASSWORD|PASSWD|SECRET|CREDENTIALS?)"
-            r"|[A-Za-z0-9_.-]*[A-Za-z0-9][_.-](?:KEY|TOKEN))[\"']?\s*(?:=|:|=>)\s*[\"']?)"
-            + _NOT_A_PLACEHOLDER
-            + r"[^\s\"',;(){}\[\]]{4,}+(?!\()",
-            re.I,
-        ),
-        _keep_prefix("secret-assignment"),
-    ),
-    Rule(
-        "ls-owner",
-        re.compile(r"(?m)^([-dlcbps][rwxsStT-]{9}[.+@]?\s+\d+\s+)(?!<USER>)\S+\s+\S+(?=\s+\d)"),
-        lambda match: match[1] + f"{USER} {USER}",
-    ),
-    Rule("email", re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"), "<EMAIL>"),
-    Rule("home-path", re.compile(r"(/home/|/Users/|/tmp/pytest-of-)(?!<USER>)[^/\s\"'<>:]+"), lambda m: m[1] + USER),
-    Rule("home-path-dashed", re.compile(r"(-home-|-Users-)(?!<USER>)[A-Za-z0-9._]+(?=-|$)"), lambda m: m[1] + USER),
-)
+
+def _kind_slug(kind: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
+
+
+def _rule_findings(text: str, rules: tuple[Rule, ...]) -> Iterator[Finding]:
+    lower = text.lower()
+    for rule in rules:
+        if rule.may_match(text, lower):
+            yield from rule.find(text)
+
+
+def _holds_secret(text: str) -> bool:
+    return any(True for _ in _rule_findings(text, SECRET_RULES)) or any(True for _ in _detections(text))
+
+
+def _findings(text: str, rules: tuple[Rule, ...]) -> Iterator[Finding]:
+    yield from _rule_findings(text, rules)
+    yield from _detections(text)
+    for match in _BASE64_RUN.finditer(text):
+        decoded = _decoded_text(match.group())
+        if decoded is not None and _holds_secret(decoded):
+            yield Finding(match.start(), match.end(), BASE64_KIND, placeholder(BASE64_KIND))
 
 
 @dataclass
 class Scrubber:
-    """Scrubs strings and counts what each rule replaced. `host_names` are replaced literally."""
+    """Finds and replaces secrets, people and places; counts what each kind replaced and
+    which allowed values were kept. `host_names` are replaced literally by <HOST>."""
 
     host_names: tuple[str, ...] = ()
+    allowed: frozenset[str] = frozenset()  # value hashes (value_hash) a person has checked
     counts: Counter[str] = field(default_factory=Counter)
+    allowed_kept: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
+        if isinstance(self.host_names, str):  # a str is iterable: its characters are no host names
+            raise TypeError("host_names is a list of host names, not one string")
         names = sorted({name for name in self.host_names if name}, key=len, reverse=True)
-        self._hosts = re.compile("|".join(re.escape(name) for name in names)) if names else None
+        hosts = [Rule("host-name", re.compile("|".join(re.escape(name) for name in names)), replacement=HOST)]
+        self._rules = RULES + tuple(hosts if names else ())
+
+    def secrets(self, text: str) -> list[Secret]:
+        """The merged spans to replace in `text`, in order, allowed values left out."""
+        found: list[tuple[int, int, int, str, str, str]] = []  # start, end, priority, kind, replacement, hash
+        kept: set[tuple[int, int, str]] = set()  # allowed values, each place once whatever found it
+        for view in views_of(text):
+            for priority, finding in enumerate(_findings(view.text, self._rules)):
+                digest = value_hash(view.text[finding.start : finding.end])
+                start, end = view.original_span(finding.start, finding.end)
+                if digest in self.allowed:
+                    kept.add((start, end, digest))
+                    continue
+                found.append((start, end, priority, finding.kind, finding.replacement, digest))
+        self.allowed_kept.update(digest for _, _, digest in kept)
+        return _merged(found)
 
     def scrub(self, text: str) -> str:
-        for rule in RULES:
-            text, replaced = rule.pattern.subn(rule.replace, text)
-            if replaced:
-                self.counts[rule.name] += replaced
-        if self._hosts is not None:
-            text, replaced = self._hosts.subn("<HOST>", text)
-            if replaced:
-                self.counts["host-name"] += replaced
+        if not text:
+            return text
+        secrets = self.secrets(text)
+        for secret in reversed(secrets):
+            text = text[: secret.start] + secret.replacement + text[secret.end :]
+            self.counts[secret.kind] += 1
         return text
 
     def scrub_value(self, value: Any) -> Any:
@@ -132,5 +144,44 @@ class Scrubber:
         return value
 
 
-def rule_names(extra: Iterable[str] = ("host-name",)) -> list[str]:
-    return [rule.name for rule in RULES] + list(extra)
+def _merged(found: list[tuple[int, int, int, str, str, str]]) -> list[Secret]:
+    """Overlapping secrets become one span (a secret is never cut short); the earliest rule,
+    then the detectors, names it. A person or place overlapping a secret is inside what is
+    replaced already and is dropped: an e-mail-like `token@github.com` of a URL credential
+    must not take the host with it."""
+    secrets = _union([item for item in found if item[3] not in PEOPLE_KINDS])
+    taken = [(secret.start, secret.end) for secret in secrets]
+    people = [
+        item for item in found
+        if item[3] in PEOPLE_KINDS and not any(item[0] < end and start < item[1] for start, end in taken)
+    ]
+    return sorted(secrets + _union(people), key=lambda secret: secret.start)
+
+
+def _union(found: list[tuple[int, int, int, str, str, str]]) -> list[Secret]:
+    merged: list[Secret] = []
+    group: list[tuple[int, int, int, str, str, str]] = []
+    group_end = -1
+    for item in sorted(found, key=lambda item: (item[0], -item[1])):
+        if group and item[0] < group_end:
+            group.append(item)
+            group_end = max(group_end, item[1])
+            continue
+        if group:
+            merged.append(_one(group, group_end))
+        group, group_end = [item], item[1]
+    if group:
+        merged.append(_one(group, group_end))
+    return merged
+
+
+def _one(group: list[tuple[int, int, int, str, str, str]], end: int) -> Secret:
+    first = min(group, key=lambda item: item[2])
+    return Secret(group[0][0], end, first[3], first[4], tuple(dict.fromkeys(item[5] for item in group)))
+
+
+def kind_names(extra: Iterable[str] = ("host-name",)) -> list[str]:
+    """Every kind a scrub report can count: the rules', the plugins', base64 and the hosts."""
+    from rollout_assets.release.secret_rules import rule_names
+
+    return [*rule_names(), *(_kind_slug(name) for name in plugin_types()), BASE64_KIND, *extra]

@@ -1,6 +1,7 @@
 """`dataset_release` (group `release`, not partitioned): one scrubbed, split dataset from the
 training data of several rounds, written to `<ledger root>/releases/<name>/` (docs/release.md)."""
 
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -20,6 +21,7 @@ from rollout_assets.defs.failures import round_errors_fail_the_step
 from rollout_assets.defs.instance import blocking_checks, ledger_checks, round_partitions
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.release import ReleaseConfig, RoundInput, build_release
+from rollout_assets.release.allowlist import read_allowlist
 from rollout_assets.training.files import TrainingFiles
 from rollout_assets.training.verify import CHECKS
 
@@ -35,6 +37,9 @@ class ReleaseAssetConfig(Config):
     split_unit: str = Field(default="instance", description="instance or repository")
     test_fraction: float = Field(default=0.1, description="share of split keys in the test split")
     host_names: list[str] = Field(default=[], description="host names to replace with <HOST>")
+    allow_file: str = Field(
+        default="", description="a file of finding hashes a person checked and allows, one a line (none by default)"
+    )
 
 
 def rounds_ready(context: AssetExecutionContext) -> list[str]:
@@ -95,6 +100,7 @@ def dataset_release(
             split_unit=config.split_unit,
             test_fraction=config.test_fraction,
             host_names=tuple(config.host_names),
+            allowed=read_allowlist(Path(config.allow_file)) if config.allow_file else frozenset(),
         )
         folder = locations.ledger_root.path / RELEASES_FOLDER / release_config.name
         for place in (folder.parent, folder):
