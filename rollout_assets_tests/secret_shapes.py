@@ -170,3 +170,25 @@ def split_private_key(rng: random.Random) -> tuple[str, str, list[str]]:
     key, body = _pem(rng, "OPENSSH ")
     lines = key.split("\n")
     return "\n".join(lines[:4]) + "\n", "\n".join(lines[4:]) + "\n", body
+
+
+def unlisted_shapes(rng: random.Random) -> tuple[str, list[str]]:
+    """Shapes beyond the usual lists: a .netrc, a session cookie, a service account's JSON
+    (its key escaped inside a JSON string), and tokens of less common vendors."""
+    key, body = _pem(rng, "")
+    netrc, cookie, xai = _word(rng, 20), _word(rng, 32), "xai-" + _word(rng, 40).upper() + _word(rng, 40).lower()
+    vendors = [
+        "dapi" + _word(rng, 32, HEX), "PMAK-" + _word(rng, 24, HEX) + "-" + _word(rng, 34, HEX),
+        "dp.st.dev." + _word(rng, 40), "xapp-1-A" + _word(rng, 30).upper(), "whsec_" + _word(rng, 32),
+        "AGE-SECRET-KEY-1" + _word(rng, 58, string.ascii_uppercase + string.digits), xai,
+    ]
+    account = json.dumps({"type": "service_account", "private_key_id": _word(rng, 40, HEX), "private_key": key + "\n"})
+    text = (
+        f"machine api.example.io\n  login deploy\n  password {netrc}\n"
+        f"> Cookie: theme=dark; sessionid={cookie}; lang=en\n"
+        f"{account}\n" + "".join(f"{value}\n" for value in vendors)
+    )
+    return text, [netrc, cookie, *vendors, *body]
+
+
+FAMILIES["unlisted-shapes"] = unlisted_shapes

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from rollout_assets.release.secret_values import bare_value_is_secret, looks_random, quoted_value_is_secret
+from rollout_assets.release.secret_values import bare_value_is_secret, looks_random, quoted_value_is_secret, random_tail
 
 # People and places are replaced by these (not secrets: the rules' kinds say which is which).
 USER = "<USER>"
@@ -91,7 +91,7 @@ TOKEN_RULES = (
     ),
     _token("gitlab-token", r"\bgl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|oas|agent)-[A-Za-z0-9_-]{20,}", "gl"),
     _token("huggingface-token", r"\bhf_[A-Za-z0-9]{20,}", "hf_"),
-    _token("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{8,}", "xox"),
+    _token("slack-token", r"\b(?:xox[abposre]-[A-Za-z0-9-]{8,}|xapp-\d-[A-Za-z0-9-]{20,})", "xox", "xapp-"),
     _token(
         "slack-webhook",
         r"https://hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9_/-]{16,})",
@@ -118,14 +118,28 @@ TOKEN_RULES = (
         r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ABIA|ACCA)[0-9A-Z]{16}\b",
         *("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ABIA", "ACCA"),
     ),
-    # A short lower-case vendor prefix and a long random tail (glsa_, lin_api_, dapi...): the
-    # shape most service tokens share. The tail must mix letters and digits, so a long
-    # identifier is not one.
-    _token(
+    _token("databricks-token", r"\bdapi[0-9a-f]{32}(?:-\d)?\b", "dapi"),
+    _token("postman-key", r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b", "PMAK-"),
+    _token("atlassian-token", r"\bATATT3[A-Za-z0-9_=-]{50,}", "ATATT3"),
+    _token("age-secret-key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{50,}", "AGE-SECRET-KEY-"),
+    _token("heroku-key", r"\bHRKU-[A-Za-z0-9_-]{20,}", "HRKU-"),
+    _token("doppler-token", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9._-]{30,}", "dp."),
+    # A short lower-case vendor prefix and a long random tail (glsa_, lin_api_, whsec_,
+    # xai-...): the shape most service tokens share. The tail must read as random, so a long
+    # identifier (`test_theRoundTripOfEveryLedgerLineWorks`) is not one.
+    Rule(
         "prefixed-token",
-        r"\b[a-z]{2,8}_(?:[a-z0-9]{1,8}_)?(?=[A-Za-z0-9]*[0-9][A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])"
-        r"[A-Za-z0-9]{30,}(?:_[A-Za-z0-9]{4,})?\b",
-        "_",
+        re.compile(r"\b[a-z]{2,8}_(?:[a-z0-9]{1,8}_)?(?P<tail>[A-Za-z0-9]{30,})(?:_[A-Za-z0-9]{4,})?\b"),
+        lambda match: random_tail(match["tail"]),
+        hints=("_",),
+    ),
+    # With a dash, the tail must mix cases too, as a hex digest in a name (`build-9c1185a5...`)
+    # does not, and must not run on into base64 (`sha512-...+/=`).
+    Rule(
+        "prefixed-token",
+        re.compile(r"\b[a-z]{2,8}-(?:[a-z0-9]{1,8}-)?(?P<tail>[A-Za-z0-9]{32,})(?![A-Za-z0-9+/=_-])"),
+        lambda match: random_tail(match["tail"]) and not match["tail"].islower() and not match["tail"].isupper(),
+        hints=("-",),
     ),
 )
 
@@ -242,6 +256,21 @@ FLAG_RULES = (
 )
 
 CONTEXT_RULES = (
+    Rule(
+        "netrc-password",
+        # ~/.netrc: machine HOST login USER password SECRET, on one line or several
+        re.compile(r"\bmachine\s+\S+\s+(?:login\s+\S+\s+)?(?:password|passwd)\s+(?P<v>(?!<REDACTED_)\S+)"),
+        hints=("machine",),
+    ),
+    Rule(
+        "cookie",
+        re.compile(
+            r"\b(?:cookie|set-cookie)[\"']?:[^\n]*?\b(?:session|sessionid|sid|token|auth|jwt)[A-Za-z0-9_.-]*="
+            r"(?P<v>(?!<REDACTED_)[^;\s\"']{8,})",
+            re.I,
+        ),
+        lower_hints=("cookie",),
+    ),
     Rule(
         "authorization",
         re.compile(

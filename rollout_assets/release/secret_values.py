@@ -47,6 +47,14 @@ def looks_random(value: str) -> bool:
     return classes >= 2 and (any(char.isdigit() for char in value) or len(value) >= 16)
 
 
+def random_tail(tail: str) -> bool:
+    """The tail of a vendor token (after `glsa_`, `xai-`): letters and digits that are not a
+    name made of words, with a digit, or with both cases in no word pattern."""
+    if _WORDS.fullmatch(tail) or not any(char.isalpha() for char in tail):
+        return False
+    return any(char.isdigit() for char in tail) or not (tail.islower() or tail.isupper())
+
+
 def quoted_value_is_secret(name: str, value: str) -> bool:
     """A quoted literal given to a secret-sounding name (`password = "..."`, `"apiKey": "..."`)."""
     value = value.strip()

@@ -3,7 +3,7 @@
 A tool call's arguments are JSON text, and a command inside them may hold JSON again: a token
 written `{"env": "{\\"TOKEN\\": \\"...\\"}"}` is escaped twice, and a private key inside a
 service account file reads `-----BEGIN PRIVATE KEY-----\\nMIIE...`. The secret finders read the
-string as written and as unescaped once and twice (`\\"` becomes `"`, `\\n` a line break), and
+string as written and as unescaped up to three times (`\\"` becomes `"`, `\\n` a line break), and
 each span they find in an unescaped reading is mapped back to the characters of the string it
 came from, so exactly those characters are replaced and the escaping around them is kept.
 """
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
-# How many times a string is unescaped: a JSON string inside JSON inside the arguments.
-MAX_UNESCAPES = 2
+# How many times a string is unescaped: a JSON file (a service account's key, `\\n` in a JSON string)
+# printed inside a JSON string inside the arguments.
+MAX_UNESCAPES = 3
 
 
 @dataclass(frozen=True)
