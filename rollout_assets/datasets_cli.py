@@ -2,12 +2,15 @@
 `rollout-assets release`): the same core as the Dagster assets, without Dagster.
 
 Both run the same checks as the assets and exit 1 when one fails; an export leaves its files
-for inspection, a release that fails a check is not put in place.
+for inspection, a release that fails a check is not put in place. Each ledger is read from one
+open file (a LedgerSnapshot) by every pass and check of the run. An OSError (no permission, a
+full disk, a quota, a size limit) is one line naming what was not written, as for the backfill.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import dataclasses
 import sys
 import tempfile
@@ -43,10 +46,34 @@ def _filter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--margin", type=float, default=0.05, help="least reward difference of a pair (default 0.05)")
 
 
+def _bad_round_names(args: argparse.Namespace, names: list[str]) -> int | None:
+    """Exit status 2 with the usage line when a --round is not a plain round name (a folder name
+    inside the ledger root, never a path such as ../other); None when every name is one."""
+    from rollout_assets.round_keys import round_key_problem
+
+    for name in names:
+        problem = round_key_problem(name)
+        if problem is not None:
+            args.command_parser.print_usage(sys.stderr)
+            why = problem.split(": ", 1)[-1]
+            print(f"rollout-assets: error: --round {name!r} is not a round's name: {why}", file=sys.stderr)
+            return 2
+    return None
+
+
+def _not_written(what: str, error: OSError) -> int:
+    """What an OSError left unwritten, in one line (the system's words name the file)."""
+    print(f"rollout-assets: error: {what} not written: {error}", file=sys.stderr)
+    return 1
+
+
 def run_export(args: argparse.Namespace) -> int:
+    from rollout_assets.ledger.snapshot import LedgerSnapshot
     from rollout_assets.training import TrainingFilter, export_training
     from rollout_assets.training.verify import verify_training
 
+    if (status := _bad_round_names(args, [args.round_key] if args.round_key is not None else [])) is not None:
+        return status
     ledger = Path(args.ledger)
     settings = TrainingFilter(
         min_reward=args.min_reward,
@@ -54,12 +81,22 @@ def run_export(args: argparse.Namespace) -> int:
         margin=args.margin,
         **({"roles": tuple(args.roles)} if args.roles else {}),
     )
-    export = export_training(ledger, Path(args.out_dir), args.round_key or ledger.resolve().parent.name, settings)
-    for name, report in export.reports.items():
-        drops = ", ".join(f"{reason} {count}" for reason, count in report.drops.items()) or "none"
-        print(f"{name}: {report.rows} rows from {report.lines_in_rows} of {report.lines} lines (dropped: {drops})")
-    print(f"training files → {export.files.folder}")
-    return _report_verdicts(verify_training(ledger, export.files, settings.margin))
+    round_key = args.round_key or Path(os.path.realpath(ledger)).parent.name
+    try:
+        # One open file for the rows and the checks, and unchanged at the end: never two ledgers.
+        with LedgerSnapshot(ledger) as snapshot:
+            export = export_training(snapshot, Path(args.out_dir), round_key, settings)
+            for name, report in export.reports.items():
+                drops = ", ".join(f"{reason} {count}" for reason, count in report.drops.items()) or "none"
+                print(f"{name}: {report.rows} rows from {report.lines_in_rows} of {report.lines} lines (dropped: {drops})")
+            print(f"training files → {export.files.folder}")
+            verdicts = verify_training(snapshot, export.files, settings.margin)
+            snapshot.check_unchanged()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        return _not_written(f"training files {args.out_dir}", error)
+    return _report_verdicts(verdicts)
 
 
 def _report_verdicts(verdicts: dict[str, Any]) -> int:

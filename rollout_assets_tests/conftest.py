@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,3 +35,23 @@ def world_readable_tmp() -> Iterator[Path]:
             for name in dirs:
                 os.chmod(os.path.join(base, name), 0o755)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 24 KiB filesystem (a real full disk, ENOSPC): room for a round's first stage files, not
+    for a ledger. Skipped where no tmpfs can be mounted (not root, no mount command)."""
+    folder = tmp_path / "small-disk"
+    folder.mkdir()
+    try:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(folder)], capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        pytest.skip("no mount command to make a small filesystem with")
+    if mounted.returncode != 0:
+        pytest.skip(f"a small tmpfs cannot be mounted here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)

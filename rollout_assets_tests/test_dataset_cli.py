@@ -49,7 +49,7 @@ def test_export_of_a_corrupt_ledger_is_one_line(tmp_path: Path) -> None:
     ledger.write_text("{\n")
     result = _cli("export", ledger, tmp_path / "out")
     assert result.returncode == 1
-    assert result.stderr.startswith(f"rollout-assets: error: {ledger}:1: not a JSON line (")
+    assert result.stderr.startswith(f"rollout-assets: error: {ledger}:1: invalid JSON: ")
     assert len(result.stderr.splitlines()) == 1
 
 

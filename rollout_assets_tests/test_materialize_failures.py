@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,25 +54,6 @@ def step_failures(stdout: str) -> list[str]:
 def assert_no_stack_trace(completed: subprocess.CompletedProcess[str]) -> None:
     output = completed.stdout + completed.stderr
     assert "Stack Trace" not in output and "Traceback" not in output, output[-3000:]
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 24 KiB filesystem: room for a round's first stage files, not for a ledger."""
-    folder = tmp_path / "small-disk"
-    folder.mkdir()
-    try:
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(folder)], capture_output=True, text=True
-        )
-    except FileNotFoundError:
-        pytest.skip("no mount command to make a small filesystem with")
-    if mounted.returncode != 0:
-        pytest.skip(f"a small tmpfs cannot be mounted here: {mounted.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
 
 
 def test_a_full_disk_fails_each_step_it_stops_in_one_sentence(tmp_path: Path, small_tmpfs: Path) -> None:

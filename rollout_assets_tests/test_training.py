@@ -276,7 +276,7 @@ def test_a_corrupt_ledger_line_is_named(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path, [_worker("x", "a", 1.0)])
     with open(ledger, "ab") as handle:
         handle.write(b"{not json\n")
-    with pytest.raises(ValueError, match=r"rollout-ledger.jsonl:2: not a JSON line"):
+    with pytest.raises(ValueError, match=r"rollout-ledger.jsonl:2: invalid JSON: "):
         export_training(ledger, tmp_path / "training", "round-007")
 
 

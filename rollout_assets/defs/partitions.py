@@ -2,56 +2,21 @@
 
 Dagster validates nothing about dynamic partition keys, yet a key becomes a folder name
 under the ledger root, a run tag and part of the UI's range syntax. So a key is the round
-directory's own name and must match `^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$` without `..`;
-anything else is refused here, with a message that says why. So is a name of a file the
-ledger root holds itself (`rounds-summary.parquet`): that round's folder would collide with it.
+directory's own name, checked by the rule of rollout_assets/round_keys.py (re-exported here);
+anything else is refused, with a message that says why.
 """
 
 from __future__ import annotations
 
-import re
-
 from dagster import DynamicPartitionsDefinition
 
-from rollout_assets.errors import RoundError
+from rollout_assets.round_keys import (  # noqa: F401 (re-exported: the partitions' key rule)
+    LEDGER_ROOT_FILES,
+    SUMMARY_FILE_NAME,
+    InvalidRoundKey,
+    round_key_problem,
+    validate_round_key,
+)
 
 ROUNDS_PARTITIONS_NAME = "rounds"
 ROUNDS = DynamicPartitionsDefinition(name=ROUNDS_PARTITIONS_NAME)
-
-_ROUND_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-# Files written at the ledger root beside the round folders (their temp files start with a dot,
-# which no key can). Compared without case: on a case-insensitive file system
-# `Rounds-Summary.parquet` is the same file.
-SUMMARY_FILE_NAME = "rounds-summary.parquet"
-LEDGER_ROOT_FILES = {SUMMARY_FILE_NAME: "the cross-round summary file"}
-
-
-class InvalidRoundKey(RoundError, ValueError):
-    """A directory name that cannot be a `rounds` partition key."""
-
-
-def round_key_problem(name: str) -> str | None:
-    """Why `name` cannot be a round's partition key, or None when it can."""
-    if not _ROUND_KEY.fullmatch(name):
-        return (
-            f"round name {name!r} is not a valid partition key: it must start with a letter or digit "
-            "and hold at most 100 letters, digits, '.', '_' or '-'"
-        )
-    if ".." in name:
-        return f"round name {name!r} is not a valid partition key: it must not contain '..'"
-    reserved_for = LEDGER_ROOT_FILES.get(name.lower())
-    if reserved_for is not None:
-        return (
-            f"round name {name!r} is not a valid partition key: it is the name of {reserved_for} at the ledger "
-            "root, where the round's folder would collide with it; rename the round directory"
-        )
-    return None
-
-
-def validate_round_key(name: str) -> str:
-    """`name` itself when it is a valid key; InvalidRoundKey otherwise."""
-    problem = round_key_problem(name)
-    if problem is not None:
-        raise InvalidRoundKey(problem)
-    return name

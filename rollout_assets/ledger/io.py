@@ -23,7 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from rollout_assets.errors import RoundError
-from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, RolloutLine
+from rollout_assets.ledger.schema import PARSED_FROM_JSON, ROLLOUT_SCHEMA, RolloutLine
 
 StrPath = str | os.PathLike[str]
 
@@ -136,6 +136,17 @@ def _release_lock(path: Path, descriptor: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_lock_path(path))
     os.close(descriptor)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def write_lock(path: Path) -> Iterator[None]:
+    """Hold the lock every writer of `path` takes (`.<basename>.lock` beside it, removed
+    afterwards): WriterBusyError at once when another process holds it."""
+    descriptor = _acquire_lock(path)
+    try:
+        yield
+    finally:
+        _release_lock(path, descriptor)
 
 
 def _temp_path(path: Path) -> Path:
@@ -375,6 +386,52 @@ def _parse_line(raw: bytes, path: StrPath, lineno: int) -> dict[str, Any]:
         raise LedgerReadError(f"{path}:{lineno}: invalid JSON: {error}") from error
     if not isinstance(line, dict):
         raise LedgerReadError(f"{path}:{lineno}: a line must be a JSON object, not {type(line).__name__}")
+    return line
+
+
+# Where pydantic names the member of a union that refused a value (`outcome.reward.int`): not a
+# field of the line, so left out of the path a reader is shown.
+_UNION_MEMBER_TAGS = {"int", "float", "str", "bool", "none", "dict", "list"}
+
+
+def line_problem(error: ValidationError) -> str:
+    """The first thing wrong with a line, in one clause: `outcome.reward: Input should be a valid
+    integer or a valid number, not '0.9'`."""
+    errors = error.errors(include_url=False)
+    first = errors[0]
+    loc = list(first["loc"])
+    if loc and str(loc[-1]) in _UNION_MEMBER_TAGS:
+        loc = loc[:-1]
+    messages = [first["msg"]]
+    for other in errors[1:]:  # the other members of the same union
+        if list(other["loc"][:-1]) == loc and str(other["loc"][-1]) in _UNION_MEMBER_TAGS:
+            messages.append(other["msg"].removeprefix("Input should be "))
+    where = ".".join(str(part) for part in loc)
+    found = "" if first["type"] == "missing" else f", not {_shown(first['input'])}"
+    return f"{where + ': ' if where else ''}{' or '.join(messages)}{found}"
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value as the line holds it (JSON), cut to `limit` characters."""
+    try:
+        text = orjson.dumps(value).decode("utf-8")
+    except TypeError:  # what orjson refuses (a lone surrogate, a huge integer)
+        text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_valid_line(raw: bytes, path: StrPath, lineno: int) -> dict[str, Any]:
+    """One raw ledger line (newline included), read strictly and validated: its plain dict, or
+    LedgerReadError naming `path:lineno` and the first thing wrong with it."""
+    line = _parse_line(raw, path, lineno)
+    try:
+        # Its free-form values are plain JSON: _parse_line's parsers refuse NaN and Infinity.
+        RolloutLine.model_validate(line, context=PARSED_FROM_JSON)
+    except ValidationError as error:
+        raise LedgerReadError(
+            f"{path}:{lineno}: rollout {_rollout_id_of(line)} is not a valid {ROLLOUT_SCHEMA} line "
+            f"({line_problem(error)})"
+        ) from error
     return line
 
 

@@ -1,5 +1,9 @@
 """Writing a round's training data: one scan of the ledger, then each dataset's rows, its
-accounting (the fate of every ledger line) and the report."""
+accounting (the fate of every ledger line) and the report.
+
+The ledger is read from one open file for both passes, and the files are written into a folder
+beside their place that replaces it whole (rollout_assets/folder_swap.py): a ledger replaced
+while it is read, a failure or Ctrl-C leave the earlier training files as they were."""
 
 from __future__ import annotations
 
@@ -11,10 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout_assets.folder_swap import built_in_place
 from rollout_assets.ledger import AtomicJsonlWriter
+from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.arrow import schemas
 from rollout_assets.training.files import DATASETS, AtomicParquetWriter, TrainingFiles
 from rollout_assets.training.filter import DROP_REASONS, TrainingFilter
+from rollout_assets.training.out_dir import export_folder, refuse_unless_replaceable
 from rollout_assets.training.rows import group_row, pair_row, sft_row
 from rollout_assets.training.scan import LineKey, TrainingInputError, read_line_at, scan_ledger
 from rollout_assets.training.select import Selection, select_groups, select_pairs, select_sft
@@ -51,29 +58,42 @@ class TrainingExport:
     settings: TrainingFilter
     files: TrainingFiles
     reports: dict[str, DatasetReport]
+    ledger_sha256: str = ""  # of the bytes the rows were built from
 
     def to_json(self) -> dict[str, Any]:
         return {
             "round": self.round,
+            "ledger": {"sha256": self.ledger_sha256},
             "filter": self.settings.to_json(),
             "datasets": {name: report.to_json() for name, report in self.reports.items()},
         }
 
 
 def export_training(
-    ledger: Path, folder: Path, round_key: str, settings: TrainingFilter | None = None
+    ledger: Path | LedgerSnapshot, folder: Path, round_key: str, settings: TrainingFilter | None = None
 ) -> TrainingExport:
-    """Write the SFT rows, preference pairs and GRPO groups of the ledger at `ledger` into
-    `folder`, with each dataset's accounting and the report (JSON and Markdown)."""
+    """Write the SFT rows, preference pairs and GRPO groups of the ledger at `ledger` (a path,
+    or a snapshot the caller keeps open for more passes) into `folder`, with each dataset's
+    accounting and the report (JSON and Markdown). `folder` is replaced whole, and only when it
+    holds nothing but training files (TrainingOutputRefused otherwise)."""
     settings = settings or TrainingFilter()
-    files = TrainingFiles(folder)
-    keys = scan_ledger(ledger, settings)
+    with contextlib.ExitStack() as stack:
+        snapshot = ledger if isinstance(ledger, LedgerSnapshot) else stack.enter_context(LedgerSnapshot(ledger))
+        target = export_folder(folder)
+        with built_in_place(target, lambda place: refuse_unless_replaceable(place, snapshot.path)) as built:
+            export = _export(snapshot, TrainingFiles(built), round_key, settings)
+            snapshot.check_unchanged()
+    export.files = TrainingFiles(target)
+    return export
+
+
+def _export(snapshot: LedgerSnapshot, files: TrainingFiles, round_key: str, settings: TrainingFilter) -> TrainingExport:
+    scan = scan_ledger(snapshot, settings)
     reports = {}
-    with open(ledger, "rb") as handle:
-        for dataset in DATASETS:
-            selection = _SELECTORS[dataset](keys, settings)
-            reports[dataset] = _write_dataset(dataset, selection, keys, handle, ledger, files, round_key)
-    export = TrainingExport(round_key, settings, files, reports)
+    for dataset in DATASETS:
+        selection = _SELECTORS[dataset](scan.keys, settings)
+        reports[dataset] = _write_dataset(dataset, selection, scan.keys, snapshot, files, round_key)
+    export = TrainingExport(round_key, settings, files, reports, scan.sha256)
     write_report(export)
     return export
 
@@ -82,8 +102,7 @@ def _write_dataset(
     dataset: str,
     selection: Selection,
     keys: list[LineKey],
-    handle: Any,
-    ledger: Path,
+    snapshot: LedgerSnapshot,
     files: TrainingFiles,
     round_key: str,
 ) -> DatasetReport:
@@ -92,7 +111,7 @@ def _write_dataset(
         jsonl = AtomicJsonlWriter(files.sft_jsonl) if dataset == "sft_rows" else None
         with jsonl if jsonl is not None else contextlib.nullcontext():
             for indexes in selection.rows:
-                lines = [read_line_at(handle, keys[index], ledger) for index in indexes]
+                lines = [read_line_at(snapshot, keys[index]) for index in indexes]
                 row = _row(dataset, lines, round_key)
                 parquet.write(row)
                 if jsonl is not None:

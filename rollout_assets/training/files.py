@@ -51,6 +51,11 @@ class TrainingFiles:
     def report_markdown(self) -> Path:
         return self.folder / "training-report.md"
 
+    def all_files(self) -> list[Path]:
+        """Every file an export writes into the folder."""
+        per_dataset = [path for dataset in DATASETS for path in (self.parquet(dataset), self.accounting(dataset))]
+        return [*per_dataset, self.sft_jsonl, self.report_json, self.report_markdown]
+
 
 class AtomicParquetWriter:
     """Row groups written to a temporary file beside `path`, renamed onto it on a clean exit;

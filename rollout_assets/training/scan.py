@@ -2,19 +2,21 @@
 
 The keys are what every decision needs (role, instance, reward, the filter's reason, the
 digests of the transcript and of its prompt) plus where the line lies in the file, so the
-second pass can read exactly the lines it writes.
+second pass can read exactly the lines it writes. Every line is read strictly and validated
+against the line schema here, once: the second pass reads the same bytes of the same open file
+(a LedgerSnapshot), so a line it reads is one this pass accepted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from rollout_assets.errors import RoundError
+from rollout_assets.ledger.io import LedgerReadError, decode_record, parse_valid_line
+from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.filter import TrainingFilter, line_drop_reason
 from rollout_assets.training.messages import messages_digest, prompt_length
 
@@ -38,49 +40,55 @@ class LineKey:
     has_completion: bool  # an assistant turn exists
 
 
-def read_line_at(handle: Any, key: LineKey, path: Path) -> dict[str, Any]:
-    """The line a key points at, parsed (the second pass)."""
-    handle.seek(key.offset)
-    return _parse(handle.read(key.length), path, key.index + 1)
+@dataclass
+class LedgerScan:
+    """The first pass: one key per line, in ledger order, and the SHA-256 of the bytes read."""
+
+    keys: list[LineKey] = field(default_factory=list)
+    sha256: str = ""
 
 
-def scan_ledger(path: Path, settings: TrainingFilter) -> list[LineKey]:
-    """One key per line of the ledger at `path`, in ledger order."""
-    return list(_keys(path, settings))
+def read_line_at(snapshot: LedgerSnapshot, key: LineKey) -> dict[str, Any]:
+    """The line a key points at, parsed (the second pass, on the bytes the first pass validated)."""
+    return decode_record(snapshot.read(key.offset, key.length))
 
 
-def _keys(path: Path, settings: TrainingFilter) -> Iterator[LineKey]:
+def scan_ledger(snapshot: LedgerSnapshot, settings: TrainingFilter) -> LedgerScan:
+    """One key per line of the ledger, every line read strictly and validated against the
+    line schema: a line that is not a valid tangle.rollout.v1 line is TrainingInputError
+    naming `file:line`."""
+    scan, digest = LedgerScan(), hashlib.sha256()
+    for index, (offset, raw) in enumerate(snapshot.lines()):
+        digest.update(raw)
+        scan.keys.append(_key(index, offset, raw, snapshot.path, settings))
+    scan.sha256 = digest.hexdigest()
+    return scan
+
+
+def _key(index: int, offset: int, raw: bytes, path: Path, settings: TrainingFilter) -> LineKey:
     try:
-        handle = open(path, "rb")
-    except OSError as error:
-        raise TrainingInputError(f"{path}: cannot read the ledger ({error.strerror or error})") from error
-    with handle:
-        offset = 0
-        for index, raw in enumerate(handle):
-            line = _parse(raw, path, index + 1)
-            messages = line["messages"]
-            cut = prompt_length(messages)
-            yield LineKey(
-                index=index,
-                offset=offset,
-                length=len(raw),
-                rollout_id=line["rollout_id"],
-                role=line["role"],
-                instance_id=line["task"]["instance_id"],
-                reward=line["outcome"]["reward"],
-                reason=line_drop_reason(line, settings),
-                digest=messages_digest(messages),
-                prompt_digest=messages_digest(messages[:cut]),
-                has_completion=cut < len(messages),
-            )
-            offset += len(raw)
-
-
-def _parse(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
+        line = parse_valid_line(raw, path, index + 1)
+    except LedgerReadError as error:
+        raise TrainingInputError(str(error)) from None
+    messages = line["messages"]
+    cut = prompt_length(messages)
     try:
-        line = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise TrainingInputError(f"{path}:{lineno}: not a JSON line ({error})") from error
-    if not isinstance(line, dict) or line.get("schema") != "tangle.rollout.v1":
-        raise TrainingInputError(f"{path}:{lineno}: not a tangle.rollout.v1 line")
-    return line
+        digest, prompt_digest = messages_digest(messages), messages_digest(messages[:cut])
+    except TypeError:  # orjson.JSONEncodeError: a lone UTF-16 surrogate, which UTF-8 cannot carry
+        raise TrainingInputError(
+            f"{path}:{index + 1}: its transcript holds a lone UTF-16 surrogate, which training files "
+            "(UTF-8) cannot carry"
+        ) from None
+    return LineKey(
+        index=index,
+        offset=offset,
+        length=len(raw),
+        rollout_id=line["rollout_id"],
+        role=line["role"],
+        instance_id=line["task"]["instance_id"],
+        reward=line["outcome"]["reward"],
+        reason=line_drop_reason(line, settings),
+        digest=digest,
+        prompt_digest=prompt_digest,
+        has_completion=cut < len(messages),
+    )

@@ -8,6 +8,7 @@ stays flat however large the round.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +18,12 @@ from typing import Any
 
 import orjson
 
+from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.files import TrainingFiles, parquet_rows
+
+# A ledger as the checks take it: a path they open, or a snapshot the caller already read from
+# (`rollout-assets export` checks the very bytes its rows were built from).
+Ledger = Path | LedgerSnapshot
 
 SAMPLE = 5
 _PER_LINE_REASONS = {"gap", "role_excluded", "gated", "error", "incomplete", "truncated", "no_reward"}
@@ -63,12 +69,20 @@ def _canonical(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def ledger_facts(ledger: Path) -> dict[str, LedgerFacts]:
+@contextlib.contextmanager
+def _opened(ledger: Ledger) -> Iterator[LedgerSnapshot]:
+    if isinstance(ledger, LedgerSnapshot):
+        yield ledger
+    else:
+        with LedgerSnapshot(ledger) as snapshot:
+            yield snapshot
+
+
+def ledger_facts(ledger: Ledger) -> dict[str, LedgerFacts]:
     """rollout_id -> what the checks need of that line, read straight from the ledger file."""
     facts = {}
-    offset = 0
-    with open(ledger, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
+    with _opened(ledger) as snapshot:
+        for lineno, (offset, raw) in enumerate(snapshot.lines(), start=1):
             line = orjson.loads(raw)
             outcome = line["outcome"]
             facts[line["rollout_id"]] = LedgerFacts(
@@ -83,14 +97,12 @@ def ledger_facts(ledger: Path) -> dict[str, LedgerFacts]:
                 outcome["is_completed"] is True,
                 outcome["is_truncated"] is True,
             )
-            offset += len(raw)
     return facts
 
 
-def _ledger_digest(handle: Any, fact: LedgerFacts) -> str:
+def _ledger_digest(snapshot: LedgerSnapshot, fact: LedgerFacts) -> str:
     """The transcript digest of one ledger line, read again (only for lines that are in rows)."""
-    handle.seek(fact.offset)
-    return _canonical(orjson.loads(handle.read(fact.length))["messages"])
+    return _canonical(orjson.loads(snapshot.read(fact.offset, fact.length))["messages"])
 
 
 
@@ -107,7 +119,7 @@ def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[
 
 
 def check_accounting(
-    ledger: Path, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+    ledger: Ledger, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
 ) -> TrainingVerdict:
     """Every ledger line has exactly one fate (a row, or a drop reason), kept + dropped =
     lines, the lines in rows are exactly those the accounting keeps, and a per-line drop
@@ -133,7 +145,7 @@ def check_accounting(
         elif fate in _PER_LINE_REASONS and not _reason_holds(fate, fact):
             verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate}, which it is not")
     for rollout_id in set(fates) - set(facts):
-        verdict.fail(f"the accounting names {rollout_id}, which is not a line of {ledger}")
+        verdict.fail(f"the accounting names {rollout_id}, which is not a line of {getattr(ledger, 'path', ledger)}")
     kept = sum(fate == "row" for fate in fates.values())
     verdict.counts = {"lines": len(facts), "kept": kept, "dropped": len(fates) - kept}
     if kept + verdict.counts["dropped"] != len(facts):
@@ -154,14 +166,14 @@ def _reason_holds(reason: str, fact: LedgerFacts) -> bool:
 
 
 def check_rows_match_ledger(
-    ledger: Path, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+    ledger: Ledger, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
 ) -> TrainingVerdict:
     """Every row's lines are ledger lines, trainable (not gated, reward not null, no gap), and
     the row holds exactly their transcript."""
     facts = facts if facts is not None else ledger_facts(ledger)
     verdict = TrainingVerdict(True)
     rows = 0
-    with open(ledger, "rb") as handle:
+    with _opened(ledger) as snapshot:
         for number, row in enumerate(parquet_rows(files.parquet(dataset)), start=1):
             rows += 1
             for rollout_id, messages in _transcripts(dataset, row):
@@ -170,7 +182,7 @@ def check_rows_match_ledger(
                     verdict.fail(f"row {number}: {rollout_id} is not a line of the ledger")
                 elif fact.gated or fact.reward is None or fact.has_gap:
                     verdict.fail(f"row {number}: ledger line {fact.lineno} is gated, unrewarded or a gap")
-                elif _canonical(messages) != _ledger_digest(handle, fact):
+                elif _canonical(messages) != _ledger_digest(snapshot, fact):
                     verdict.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
     verdict.counts = {"rows": rows}
     return verdict
@@ -198,7 +210,7 @@ def check_tool_messages(files: TrainingFiles, dataset: str) -> TrainingVerdict:
 
 
 def check_pair_margins(
-    ledger: Path, files: TrainingFiles, margin: float, facts: dict[str, LedgerFacts] | None = None
+    ledger: Ledger, files: TrainingFiles, margin: float, facts: dict[str, LedgerFacts] | None = None
 ) -> TrainingVerdict:
     """Every pair's chosen reward (as the ledger has it) exceeds its rejected one by at least
     the margin, and the row's margin is that difference."""
@@ -238,7 +250,7 @@ CHECKS = {
 }
 
 
-def verify_training(ledger: Path, files: TrainingFiles, margin: float) -> dict[str, TrainingVerdict]:
+def verify_training(ledger: Ledger, files: TrainingFiles, margin: float) -> dict[str, TrainingVerdict]:
     """Every check of a round's training data, the ledger read once for all of them."""
     facts = ledger_facts(ledger)
     verdicts = {}
