@@ -128,3 +128,37 @@ def test_a_bad_allowlist_line_names_the_file_and_line(tmp_path: Path) -> None:
         read_allowlist(allow)
     with pytest.raises(ReleaseError, match="cannot be read"):
         read_allowlist(tmp_path / "missing.txt")
+
+
+def test_a_string_met_again_is_counted_again() -> None:
+    # Pairs and groups repeat the SFT rows' messages: the remembered result counts each time.
+    text = "export GITHUB_TOKEN=ghp_R8s7T6u5V4w3X2y1Z0a9B8c7D6e5F4g3H2i1 # set for the push to the fork"
+    scrubber = Scrubber()
+    assert scrubber.scrub(text) == scrubber.scrub(text)
+    assert scrubber.counts == {"github-token": 2}
+    fixture = 'FAKE_TOKEN = "tok_9f8e7d6c5b4a39281706f5e4d3c2b1a0" # a fixture, checked, long enough to be remembered'
+    allowed = Scrubber().secrets(fixture)[0].hashes[0]
+    keeping = Scrubber(allowed=frozenset({allowed}))
+    assert keeping.scrub(fixture) == keeping.scrub(fixture) == fixture
+    assert keeping.allowed_kept == {allowed: 2}
+
+
+# The patterns of the regex plugins that detectors.PLUGIN_HINTS skips by its words, as
+# detect-secrets 1.5 writes them. A release that changes them fails this test: check that each
+# pattern still needs one of its plugin's words, then pin the new digest.
+PINNED_PATTERNS_SHA256 = "97e4c15808ba4bf0d45a70f58a92038e817955744a9b703c7bc8cf5ea4f81b75"
+
+
+def test_the_plugins_skipped_by_their_words_have_the_patterns_the_words_were_derived_from() -> None:
+    import hashlib
+
+    from rollout_assets.release.detectors import PLUGIN_HINTS, _plugins
+
+    patterns = [
+        f"{type(plugin).__name__}:{pattern.pattern}:{pattern.flags}"
+        for plugin in _plugins().regex_based
+        if type(plugin).__name__ in PLUGIN_HINTS
+        for pattern in plugin.denylist
+    ]
+    assert {name.split(":", 1)[0] for name in patterns} == set(PLUGIN_HINTS)
+    assert hashlib.sha256("\n".join(patterns).encode()).hexdigest() == PINNED_PATTERNS_SHA256

@@ -23,12 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout_assets.release.detectors import detect, plugin_types
-from rollout_assets.release.secret_rules import HOST, PEOPLE_KINDS, RULES, SECRET_RULES, Finding, Rule, placeholder
+from rollout_assets.release.secret_rules import (
+    HOST,
+    PEOPLE_KINDS,
+    RULES,
+    SECRET_RULES,
+    Finding,
+    Rule,
+    RuleSet,
+    placeholder,
+)
 from rollout_assets.release.views import views_of
 
 # A run of base64 long enough to hide a token; what it decodes to is searched too.
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{24,}={0,2}(?![A-Za-z0-9+/=_-])")
 BASE64_KIND = "base64-encoded-secret"
+_SECRET_RULES = RuleSet(SECRET_RULES)
 
 
 def value_hash(value: str) -> str:
@@ -72,24 +82,53 @@ def _kind_slug(kind: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
 
 
-def _rule_findings(text: str, rules: tuple[Rule, ...]) -> Iterator[Finding]:
-    lower = text.lower()
-    for rule in rules:
-        if rule.may_match(text, lower):
-            yield from rule.find(text)
+def _rule_findings(text: str, rules: RuleSet) -> Iterator[Finding]:
+    for rule in rules.needed(text):
+        yield from rule.find(text)
 
 
 def _holds_secret(text: str) -> bool:
-    return any(True for _ in _rule_findings(text, SECRET_RULES)) or any(True for _ in _detections(text))
+    return any(True for _ in _rule_findings(text, _SECRET_RULES)) or any(True for _ in _detections(text))
 
 
-def _findings(text: str, rules: tuple[Rule, ...]) -> Iterator[Finding]:
+def _findings(text: str, rules: RuleSet) -> Iterator[Finding]:
     yield from _rule_findings(text, rules)
     yield from _detections(text)
     for match in _BASE64_RUN.finditer(text):
         decoded = _decoded_text(match.group())
         if decoded is not None and _holds_secret(decoded):
             yield Finding(match.start(), match.end(), BASE64_KIND, placeholder(BASE64_KIND))
+
+
+# What each memo holds at most, in characters of its keys and results.
+_MEMO_CHARS = 32 * 2**20
+# A string up to this long is its own key; a longer one is keyed by its digest.
+_KEY_CHARS = 256
+
+
+def _key(text: str) -> str | bytes:
+    if len(text) <= _KEY_CHARS:
+        return text
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class _Memo:
+    """A dict from digests to results, emptied whole when its results pass `limit` units: a
+    bound on memory that costs nothing per lookup."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.size = limit, 0
+        self.entries: dict[bytes, Any] = {}
+
+    def get(self, key: bytes) -> Any:
+        return self.entries.get(key)
+
+    def put(self, key: bytes, value: Any, size: int) -> None:
+        if self.size + size > self.limit:
+            self.entries.clear()
+            self.size = 0
+        self.entries[key] = value
+        self.size += size
 
 
 @dataclass
@@ -107,10 +146,25 @@ class Scrubber:
             raise TypeError("host_names is a list of host names, not one string")
         names = sorted({name for name in self.host_names if name}, key=len, reverse=True)
         hosts = [Rule("host-name", re.compile("|".join(re.escape(name) for name in names)), replacement=HOST)]
-        self._rules = RULES + tuple(hosts if names else ())
+        self._rules = RuleSet(RULES + tuple(hosts if names else ()))
+        # Pairs and groups repeat the SFT rows' messages, and prompts repeat across rows: each
+        # distinct string is searched once (docs/performance.md, The release).
+        self._scrubbed = _Memo(_MEMO_CHARS)
+        self._clean = _Memo(_MEMO_CHARS)
 
     def secrets(self, text: str) -> list[Secret]:
         """The merged spans to replace in `text`, in order, allowed values left out."""
+        key = _key(text)
+        if self._clean.get(key):
+            return []
+        secrets, kept = self._search(text)
+        self.allowed_kept.update(kept)
+        if not secrets and not kept:
+            self._clean.put(key, True, min(len(text), _KEY_CHARS))
+        return secrets
+
+    def _search(self, text: str) -> tuple[list[Secret], list[str]]:
+        """(the merged spans to replace, the hashes of the allowed values kept)."""
         found: list[tuple[int, int, int, str, str, str]] = []  # start, end, priority, kind, replacement, hash
         kept: set[tuple[int, int, str]] = set()  # allowed values, each place once whatever found it
         for view in views_of(text):
@@ -121,17 +175,32 @@ class Scrubber:
                     kept.add((start, end, digest))
                     continue
                 found.append((start, end, priority, finding.kind, finding.replacement, digest))
-        self.allowed_kept.update(digest for _, _, digest in kept)
-        return _merged(found)
+        return _merged(found), [digest for _, _, digest in kept]
 
     def scrub(self, text: str) -> str:
         if not text:
             return text
-        secrets = self.secrets(text)
+        key = _key(text)
+        remembered = self._scrubbed.get(key)
+        if remembered is None:
+            remembered = self._replace(text)
+            self._scrubbed.put(key, remembered, min(len(text), _KEY_CHARS) + len(remembered[0]))
+        scrubbed, kinds, kept = remembered
+        if kinds:
+            self.counts.update(kinds)
+        if kept:
+            self.allowed_kept.update(kept)
+        return scrubbed
+
+    def _replace(self, text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """(the scrubbed text, the kind of each replacement, the allowed hashes kept); counts
+        nothing itself, so a remembered result is counted like a new one."""
+        secrets, kept = self._search(text)
+        if not secrets and not kept:
+            return text, (), ()
         for secret in reversed(secrets):
             text = text[: secret.start] + secret.replacement + text[secret.end :]
-            self.counts[secret.kind] += 1
-        return text
+        return text, tuple(secret.kind for secret in secrets), tuple(kept)
 
     def scrub_value(self, value: Any) -> Any:
         """Every string inside a row (messages, arguments, metadata), at any depth."""
