@@ -16,7 +16,7 @@ from rollout_assets.audit.folders import UnreadableRound
 from rollout_assets.audit.shots import ProposerWorktree, proposer_worktrees, shot_receipts
 from rollout_assets.audit.spill import SpilledMapping, SpilledRows, tally_key
 from rollout_assets.audit.stores import StoreReading, read_store
-from rollout_assets.audit.subagents import assign_joins, subagent_conversations
+from rollout_assets.audit.subagents import assign_joins, joined_session
 from rollout_assets.audit.strict_json import input_json
 from rollout_assets.audit.wording import generation_and_index, rollout_id, unreadable_transcripts_gap
 from rollout_assets.io import read_regular_file
@@ -44,6 +44,10 @@ class ExpectedLine(NamedTuple):
     parts: tuple[Any, ...]
     parent: str | None  # what its parent_rollout_id must be
     gap: Any  # what its gap may be: see inputs_match._gap_problem
+    # A proposer's or sub-agent's token usage as the audit reads its transcript (usage_proofs.py):
+    # (the file read, or None when the audit's join gives the shot none; its four sums), or why
+    # the audit cannot tell which file the shot joins. None for the other roles.
+    usage: Any = None
 
     @property
     def what(self) -> str:
@@ -219,9 +223,21 @@ def _proposer_lines(
         if unreadable_folder is not None:
             gap = unreadable_transcripts_gap(worktree, *unreadable_folder)
         reward = fractions.get(receipt.candidate_id)
-        yield ExpectedLine(proposer, reward, coordinates, parts, None, gap)
+        joined = None
         if shot.joined is not None and unreadable_folder is None:
-            for conversation in subagent_conversations(shot.joined, transcripts or ()):
-                agent = rollout_id(f"{proposer}|agent|{conversation.in_project}|{conversation.key}")
-                agent_parts = ("agent", receipt.relative_path, conversation.file, conversation.key)
-                yield ExpectedLine(agent, reward, coordinates, agent_parts, proposer, SUBAGENT)
+            joined = joined_session(shot.joined, transcripts or ())
+        yield ExpectedLine(proposer, reward, coordinates, parts, None, gap, _shot_usage(shot, joined))
+        for conversation in joined.conversations if joined is not None else ():
+            agent = rollout_id(f"{proposer}|agent|{conversation.in_project}|{conversation.key}")
+            agent_parts = ("agent", receipt.relative_path, conversation.file, conversation.key)
+            usage = (conversation.file, conversation.usage)
+            yield ExpectedLine(agent, reward, coordinates, agent_parts, proposer, SUBAGENT, usage)
+
+
+def _shot_usage(shot: ProposerWorktree, joined: Any) -> Any:
+    """What the audit reads of the usage of the transcript its one-to-one join gives the shot."""
+    if not shot.assigned:
+        return "the audit cannot settle which transcript of the worktree the shot joins"
+    if joined is None:
+        return (None, ())
+    return (shot.joined, joined.usage)

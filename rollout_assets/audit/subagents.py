@@ -13,6 +13,10 @@ before it starts one, named by its `uuid`); then those of the `agent-*.jsonl` fi
 whose lines have no main chain and name S's stem as `sessionId` (file name order); then those of
 `S-stem/subagents/agent-*.jsonl` (name order). Only a conversation with a conversation message
 counts.
+
+The same reading sums the token usage of each thread it reads (audit/usage.py, `ThreadUsage`):
+the session file's main chain, for its proposer line, and each sub-agent conversation, for its
+`agent` line. No file is read for the usage alone.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from rollout_assets.audit.shots import ProposerWorktree
 from rollout_assets.audit.strict_json import any_depth_json
 from rollout_assets.audit.times import epoch_ms
 from rollout_assets.audit.transcripts import is_conversation
+from rollout_assets.audit.usage import ThreadUsage
 from rollout_assets.io import open_regular_file
 
 
@@ -34,6 +39,22 @@ class SubagentConversation(NamedTuple):
     file: str  # the file its lines are in
     in_project: str  # that file's name beside its session: S.jsonl, agent-A.jsonl, S/subagents/agent-A.jsonl
     key: str  # the uuid of the line that starts it
+    usage: tuple[Any, ...]  # its token sums (audit/usage.py: tokens_in, tokens_out, cache_read, cache_write)
+
+
+class JoinedSession(NamedTuple):
+    """What the audit reads of a session file joined to a shot: its main chain's token sums and
+    its sub-agent conversations."""
+
+    usage: tuple[Any, ...]
+    conversations: list[SubagentConversation]
+
+
+class _FileReading(NamedTuple):
+    conversations: list[tuple[str, tuple[Any, ...]]]  # (key, token sums) of those holding a message
+    session_ids: list[str]  # its first string sessionId, as a list of at most one
+    main_chain: bool  # it has a main-chain conversation line
+    usage: tuple[Any, ...]  # its main chain's token sums
 
 
 def assign_joins(out_dir: Path, shots: list[ProposerWorktree]) -> list[ProposerWorktree]:
@@ -64,17 +85,19 @@ def assign_joins(out_dir: Path, shots: list[ProposerWorktree]) -> list[ProposerW
     return [assigned.get(shot.receipt.relative_path, shot) for shot in shots]
 
 
-def subagent_conversations(session_file: str, listing: tuple[str, ...]) -> list[SubagentConversation]:
-    """The sub-agent conversations of a session file, `listing` the worktree's `.jsonl` files."""
+def joined_session(session_file: str, listing: tuple[str, ...]) -> JoinedSession:
+    """The main chain's usage and the sub-agent conversations of a session file, `listing` the
+    worktree's `.jsonl` files."""
     session = Path(session_file)
-    found = [SubagentConversation(session_file, session.name, key) for key in _conversations(session_file)[0]]
+    own = _read(session_file)
+    found = [SubagentConversation(session_file, session.name, *c) for c in own.conversations]
     for path in listing:
         name = os.path.basename(path)
         if not name.startswith("agent-") or path == session_file:
             continue
-        keys, session_ids, main_chain = _conversations(path)
-        if not main_chain and session_ids[:1] == [session.stem]:
-            found += [SubagentConversation(path, name, key) for key in keys]
+        reading = _read(path)
+        if not reading.main_chain and reading.session_ids[:1] == [session.stem]:
+            found += [SubagentConversation(path, name, *c) for c in reading.conversations]
     folder = session.parent / session.stem / "subagents"
     try:
         names = sorted(n for n in os.listdir(folder) if n.startswith("agent-") and n.endswith(".jsonl"))
@@ -82,21 +105,21 @@ def subagent_conversations(session_file: str, listing: tuple[str, ...]) -> list[
         names = []
     for name in names:
         path = str(folder / name)
-        found += [
-            SubagentConversation(path, f"{session.stem}/subagents/{name}", key)
-            for key in _conversations(path)[0]
-        ]
-    return found
+        beside = f"{session.stem}/subagents/{name}"
+        found += [SubagentConversation(path, beside, *c) for c in _read(path).conversations]
+    return JoinedSession(own.usage, found)
 
 
-def _conversations(path: str) -> tuple[list[str], list[str], bool]:
-    """(the keys of the file's sidechain conversations holding a message, in the order they
-    start; its first string sessionId, as a list of at most one; whether it has a main-chain line)."""
-    roots: dict[str, str] = {}  # sidechain uuid -> the key of its conversation
-    keys: list[str] = []
-    with_message: set[str] = set()
+def _read(path: str) -> _FileReading:
+    """The file's sidechain conversations holding a message, in the order they start, each with
+    its token sums; its first string sessionId; whether it has a main chain, and that chain's
+    token sums. A file that cannot be read holds none of them."""
+    roots: dict[str, int] = {}  # sidechain uuid -> the index of its conversation
+    started: list[tuple[str, ThreadUsage]] = []  # (key, usage) of each conversation, in order
+    with_message: set[int] = set()
     session_ids: list[str] = []
     main_chain = False
+    main_usage = ThreadUsage()
     try:
         with open_regular_file(path) as handle:
             for raw in handle:
@@ -110,19 +133,24 @@ def _conversations(path: str) -> tuple[list[str], list[str], bool]:
                 )
                 if entry.get("isSidechain") is not True:
                     main_chain = main_chain or conversational
+                    if conversational:
+                        main_usage.note(entry)
                     continue
                 parent, own = entry.get("parentUuid"), entry.get("uuid")
-                key = roots.get(parent) if isinstance(parent, str) else None
-                if key is None:
-                    key = own if isinstance(own, str) else f"line-{len(keys) + 1}"
-                    keys.append(key)
+                index = roots.get(parent) if isinstance(parent, str) else None
+                if index is None:
+                    index = len(started)
+                    started.append((own if isinstance(own, str) else f"line-{index + 1}", ThreadUsage()))
                 if isinstance(own, str):
-                    roots[own] = key
-                if conversational and is_conversation(entry):
-                    with_message.add(key)
+                    roots[own] = index
+                if conversational:
+                    started[index][1].note(entry)
+                    if is_conversation(entry):
+                        with_message.add(index)
     except OSError:
-        return [], session_ids, main_chain
-    return [key for key in keys if key in with_message], session_ids, main_chain
+        return _FileReading([], session_ids, main_chain, ThreadUsage().sums())
+    conversations = [(key, usage.sums()) for n, (key, usage) in enumerate(started) if n in with_message]
+    return _FileReading(conversations, session_ids, main_chain, main_usage.sums())
 
 
 def _entry(raw: bytes) -> dict[str, Any] | None:
