@@ -23,7 +23,8 @@ is held against what it says is (not) there:
                                                 (session_counts.py)
 
 A claim about an invocation the inputs do not name is judged as the line states it. The
-sessions said to be empty and those of the joined worker lines are counted in one grouped count.
+sessions of the worker lines are counted in one grouped count (line_sessions.py), which the
+usage proofs read too.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from typing import Any, NamedTuple
 from rollout_assets.audit.inputs import ExpectedLine, InputsRecount
 from rollout_assets.audit.inputs_match import ExpectedLookup
 from rollout_assets.audit.ledger import LedgerRecount, SeenLine
+from rollout_assets.audit.line_sessions import ByLine, LineSessions, worker_invocation
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult
 from rollout_assets.audit.shot_proofs import ShotProofs
-from rollout_assets.audit.store_counts import ClaimedSessions
 from rollout_assets.audit.wording import (
     SUPERVISOR_GAP,
     SUPERVISOR_GAP_LIST_MISSING,
@@ -73,20 +74,6 @@ class _Claim(NamedTuple):
     held: int  # the messages a joined worker line holds
 
 
-class _ByLine:
-    """Rows whose first field is a line number, in ascending order, looked up by ascending line
-    numbers: one walk beside the ledger instead of a dict of every line."""
-
-    def __init__(self, rows: Iterator[tuple[Any, ...]]):
-        self._rows = rows
-        self._head = next(rows, None)
-
-    def get(self, lineno: int) -> tuple[Any, ...] | None:
-        while self._head is not None and self._head[0] < lineno:
-            self._head = next(self._rows, None)
-        return self._head if self._head is not None and self._head[0] == lineno else None
-
-
 def _kind(seen: SeenLine) -> str | None:
     """The claim a line makes: the kind of its gap, a joined proposer or worker line, or none."""
     if seen.gap is not None:
@@ -103,21 +90,20 @@ class _Claims:
     reads the ledger's lines, the expected lines and the lines' subjects from the recounts'
     files side by side (a ledger out of order looks its expected lines up by id)."""
 
-    def __init__(self, inputs: InputsRecount, ledger: LedgerRecount):
+    def __init__(self, inputs: InputsRecount, ledger: LedgerRecount, sessions: LineSessions):
         assert inputs.expected is not None and inputs.out_dir is not None
         self.inputs, self.ledger, self.expected = inputs, ledger, inputs.expected
         self.shots = ShotProofs(inputs.out_dir)
-        self.rows = ClaimedSessions()  # the counted sessions' rows, on disk
-        self.uncounted: str | None = None  # why the claimed sessions' rows could not be counted
-        self.counts = _ByLine(iter(()))  # each claiming line's counts, in line order
+        self.uncounted = sessions.uncounted  # why the sessions' rows could not be counted
+        self.counts = sessions.by_line()  # each worker line's session counts, in line order
 
     def walk(self) -> Iterator[_Claim]:
         """Every line with a gap, every proposer line with a transcript and every worker line
         with messages, in ledger order."""
         lookup = ExpectedLookup(self.expected)
         wanted_lines = self.expected.stream()
-        subjects = _ByLine(self.ledger.claim_subjects.stream())
-        counts = _ByLine(self.ledger.worker_message_counts.stream())
+        subjects = ByLine(self.ledger.claim_subjects.stream())
+        counts = ByLine(self.ledger.worker_message_counts.stream())
         for seen in self.ledger.sequence.stream():
             wanted = next(wanted_lines, None)
             kind = _kind(seen)
@@ -135,33 +121,13 @@ class _Claims:
     def worker(claim: _Claim) -> tuple[Any, Any]:
         """(cwd, session) of a worker line: its invocation's when the inputs name it, else as
         the line states them (the session "-" when it names none)."""
-        line = claim.line
-        if line is not None and line.parts[0] == "worker":
-            return line.parts[1], line.parts[2]
-        cwd, ref = claim.subject
-        session = (
-            ref.removeprefix("opencode:") if isinstance(ref, str) and ref.startswith("opencode:") else "-"
-        )
-        return cwd, session
-
-    def count_claimed_sessions(self) -> None:
-        """The rows of every session a line says is empty, and the messages the rows of every
-        joined worker line's session make, in one grouped count; then read beside the walk."""
-        claims = (
-            (claim.seen.lineno, self.worker(claim)[1])
-            for claim in self.walk()
-            if claim.kind in ("opencode_session_empty", JOINED_WORKER)
-        )
-        self.rows.claim_lines((lineno, session) for lineno, session in claims if session != "-")
-        if self.inputs.store.readable:
-            self.uncounted = self.rows.count(self.inputs.store)
-        self.counts = _ByLine(self.rows.by_line())
+        return worker_invocation(claim.line, claim.subject)
 
     def session_counts(self, claim: _Claim) -> tuple[int, int, int]:
         """(message rows, part rows that make a message, chat messages) of the line's session;
         the lines are asked in ledger order."""
         found = self.counts.get(claim.seen.lineno)
-        return (0, 0, 0) if found is None else found[1:]
+        return (0, 0, 0) if found is None else found[1:4]
 
     def problem(self, claim: _Claim) -> str | None:
         """What the inputs hold against the line's claim; None when they warrant it."""
@@ -216,7 +182,7 @@ class _Claims:
 
     def worker_problem(self, claim: _Claim) -> str | None:
         """The store as the audit read it for the inputs' recount (`read_store`); the rows of a
-        session said to be empty by one grouped count (`count_claimed_sessions`)."""
+        session said to be empty by one grouped count (line_sessions.py)."""
         seen, kind = claim.seen, claim.kind
         cwd, session = self.worker(claim)
         store, db = self.inputs.store, self.inputs.opencode_db
@@ -273,21 +239,23 @@ class _Claims:
         return None
 
 
-def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> AuditResult:
+def gaps_warranted_verdict(
+    inputs: InputsRecount, ledger: LedgerRecount, sessions: LineSessions | None = None
+) -> AuditResult:
     """Every gap line's reason holds in the inputs, every joined proposer line's transcript
     qualifies for its shot, and every joined worker line holds as many messages as its
     session's rows make; a failure names the line (file:line and rollout_id), the session or
     transcript, and what the inputs hold instead. Reads beyond the shared recounts only what
-    the claims name: the rows of the sessions said to be empty or joined (one grouped count), the
-    receipts and transcript files of the proposer lines."""
+    the claims name: the rows of the worker lines' sessions (`sessions`, one grouped count, made
+    here when not given), the receipts and transcript files of the proposer lines."""
     if inputs.expected is None or inputs.claude_projects is None:
         raise ValueError("the inputs were recounted without the opencode store or the Claude projects folder")
-    checker = _Claims(inputs, ledger)
+    counted = sessions if sessions is not None else LineSessions(inputs, ledger)
+    checker = _Claims(inputs, ledger, counted)
     kinds: Counter[str] = Counter()
     unwarranted: Counter[str] = Counter()
     problems = []
     try:
-        checker.count_claimed_sessions()
         for claim in checker.walk():
             kinds[claim.kind] += 1
             problem = checker.problem(claim)
@@ -298,7 +266,8 @@ def gaps_warranted_verdict(inputs: InputsRecount, ledger: LedgerRecount) -> Audi
                         f"{ledger.path}:{claim.seen.lineno}: rollout_id {claim.seen.rollout_id}: {problem}"
                     )
     finally:
-        checker.rows.close()
+        if sessions is None:
+            counted.close()
     claims = sum(kinds.values())
     return AuditResult(
         passed=not unwarranted,

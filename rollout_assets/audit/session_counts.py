@@ -26,6 +26,12 @@ The pass also gives, for the gap proofs of "has no readable message parts", the 
 message rows and the part rows that make a message by a narrower rule that holds under any
 reading of the docs: a non-empty text (not ignored), or in an assistant message a non-empty
 reasoning text or a tool call with a call id.
+
+And, for the usage proofs, the spend its assistant messages record (docs/input-formats.md §4:
+every assistant message, sent or not, with or without parts): `cost`, `tokens.input`,
+`tokens.output`, `tokens.reasoning`, `tokens.cache.read` and `tokens.cache.write`, each summed
+over the messages that record it as a number, with the sum of their absolute values
+(audit/usage.py compares a sum holding a float within the rounding that bounds).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from itertools import chain
 from typing import Any
 
 import orjson
+
+from rollout_assets.audit.strict_json import any_depth_json
 
 # Row order: messages by id, parts by their message's id and then their own, so the two streams
 # are walked side by side and no message of the round is held beyond the one being counted.
@@ -92,17 +100,55 @@ _NO_MESSAGE = object()  # a message id equal to none
 
 # A session's tally, a list for speed: its message rows, whether an assistant message records a
 # non-empty system prompt, its part rows that make a message by the narrow rule, and the chat
-# messages its rows make before the system message.
+# messages its rows make before the system message; then the spend of its assistant messages,
+# each field's sum (None: no message records it) and the sum of its absolute values, in the
+# order of SPEND.
 ROWS, SYSTEM, NARROW, MADE = range(4)
+SPEND = ("usd", "tokens_in", "tokens_out", "tokens_reasoning", "cache_read", "cache_write")
+SPENT = 4  # the index of the first spend sum; its absolute sum follows it, and so on
 Tally = list[Any]
 
 
+def new_tally() -> Tally:
+    return [0, False, 0, 0, *([None, 0] * len(SPEND))]
+
+
 def _object(data: Any) -> dict[str, Any] | None:
+    """A message row's JSON object: orjson, else the audit's reading of what orjson refuses
+    (invalid UTF-8, a number beyond a double), as the inputs are read."""
     try:
         value = orjson.loads(data)
-    except (orjson.JSONDecodeError, TypeError):
+    except orjson.JSONDecodeError:
+        try:
+            value = any_depth_json(data)
+        except ValueError:
+            return None
+    except TypeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _add_spend(message: dict[str, Any], tally: Tally) -> None:
+    """The spend an assistant message records, added to its session's tally."""
+    tokens = message.get("tokens")
+    tokens = tokens if type(tokens) is dict else {}
+    cache = tokens.get("cache")
+    cache = cache if type(cache) is dict else {}
+    values = (
+        message.get("cost"),
+        tokens.get("input"),
+        tokens.get("output"),
+        tokens.get("reasoning"),
+        cache.get("read"),
+        cache.get("write"),
+    )
+    for offset, value in enumerate(values):
+        kind = type(value)
+        if kind is int or kind is float:  # a JSON number; a bool is none
+            at = SPENT + 2 * offset
+            total = tally[at]
+            tally[at] = value if total is None else total + value
+            tally[at + 1] += abs(value)
 
 
 def _error_set(error: Any) -> bool:
@@ -141,6 +187,7 @@ def _message(data: Any, tally: Tally) -> int:
         return _SKIP
     if not tally[SYSTEM] and _system(message.get("system")):
         tally[SYSTEM] = True
+    _add_spend(message, tally)
     error = message.get("error")
     if not _error_set(error):
         return _ASSISTANT
@@ -156,7 +203,7 @@ def _read_to(
     for session_id, candidate_id, data in messages:
         tally = sessions.get(session_id)
         if tally is None:
-            tally = sessions[session_id] = [0, False, 0, 0]
+            tally = sessions[session_id] = new_tally()
         tally[ROWS] += 1
         how = _message(data, tally)
         if candidate_id == message_id:
@@ -270,11 +317,11 @@ def session_counts(
     span: Span = None,
     sessions: Sessions = (None, None),
 ) -> None:
-    """The tallies (ROWS, SYSTEM, NARROW, MADE) of the claimed sessions of the run `sessions`
-    (the claims file attached to `connection` as `claims`) that have message rows in `span`
-    (see _queries), handed to `flush` a few thousand sessions at a time: one session's tallies
-    of several flushes, or of disjoint spans, add up (SYSTEM: or), and `made` adds the system
-    message when MADE is not 0 and SYSTEM is set.
+    """The tallies (ROWS, SYSTEM, NARROW, MADE, then the spend) of the claimed sessions of the
+    run `sessions` (the claims file attached to `connection` as `claims`) that have message rows
+    in `span` (see _queries), handed to `flush` a few thousand sessions at a time: one session's
+    tallies of several flushes, or of disjoint spans, add up (SYSTEM: or; a spend sum: None adds
+    nothing), and `made` adds the system message when MADE is not 0 and SYSTEM is set.
 
     The part rows are walked message by message, the parts of one counted as they come, and
     the message rows read up to each one's message."""

@@ -5,8 +5,9 @@ file of a temporary folder rather than in memory, since both grow with the round
 The claiming lines and their sessions are written there first; each process of the count
 (session_counts.py) reads the claimed ids from that file, attached to its connection to the
 audit's copy of the store, and writes its tallies, a few thousand sessions at a time, to a file
-of its own; the parent then adds the files up. The lines' counts are read back in line order,
-by one join.
+of its own; the parent then adds the files up, and copies the spend columns of the claimed
+sessions' rows of the session table beside them. The lines' counts are read back in line
+order, by one join.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from rollout_assets.audit.session_counts import (
     MADE,
     NARROW,
     ROWS,
+    SPEND,
+    SPENT,
     SYSTEM,
     Sessions,
     Span,
@@ -41,15 +44,28 @@ from rollout_assets.audit.stores import StoreReading, connect_copy
 _CLAIMED = "CREATE TABLE IF NOT EXISTS claimed (session_id PRIMARY KEY) WITHOUT ROWID"
 # The ledger lines that claim something of a session, by line number.
 _LINES = "CREATE TABLE IF NOT EXISTS lines (lineno INTEGER PRIMARY KEY, session_id)"
+# Each spend field of the messages: its sum (NULL: no message records it) and its absolute sum.
+_SPEND_SUMS = [column for name in SPEND for column in (f"{name}_sum", f"{name}_abs")]
 _COUNTED = (
-    "CREATE TABLE IF NOT EXISTS counted"
-    " (session_id PRIMARY KEY, rows INTEGER, system INTEGER, narrow INTEGER, made INTEGER) WITHOUT ROWID"
+    "CREATE TABLE IF NOT EXISTS counted (session_id PRIMARY KEY, rows INTEGER, system INTEGER,"
+    f" narrow INTEGER, made INTEGER, {', '.join(_SPEND_SUMS)}) WITHOUT ROWID"
 )
 # A session's tallies from several flushes or processes add up (session_counts.py).
 _ADD_UP = (
     " ON CONFLICT (session_id) DO UPDATE SET rows = rows + excluded.rows,"
-    " system = max(system, excluded.system), narrow = narrow + excluded.narrow, made = made + excluded.made"
+    " system = max(system, excluded.system), narrow = narrow + excluded.narrow, made = made + excluded.made, "
+    + ", ".join(
+        f"{name}_sum = coalesce({name}_sum + excluded.{name}_sum, {name}_sum, excluded.{name}_sum),"
+        f" {name}_abs = {name}_abs + excluded.{name}_abs"
+        for name in SPEND
+    )
 )
+# The session row's spend columns (docs/input-formats.md §4), as the join reads them: a column
+# the store lacks, or a value that is no number, is NULL (Infinity is left to the reader).
+_SESSION_SPEND = (
+    "cost", "tokens_input", "tokens_output", "tokens_reasoning", "tokens_cache_read", "tokens_cache_write"
+)
+_SPEND_ROWS = f"CREATE TABLE IF NOT EXISTS spend (session_id PRIMARY KEY, {', '.join(SPEND)}) WITHOUT ROWID"
 
 # Below this many sessions a second process costs more than it saves.
 _PARALLEL_MIN_SESSIONS = 2_000
@@ -69,14 +85,28 @@ class _TallyFile:
     def add(self, tallies: dict[Any, Tally]) -> None:
         self.connection.execute("BEGIN")
         self.connection.executemany(
-            "INSERT INTO counted VALUES (?, ?, ?, ?, ?)" + _ADD_UP,
+            f"INSERT INTO counted VALUES (?, ?, ?, ?, ?{', ?' * len(_SPEND_SUMS)})" + _ADD_UP,
             # The keys are the ids' UTF-8 (the copy's text_factory), the claimed TEXT they equal.
             (
-                (key.decode("utf-8"), t[ROWS], int(t[SYSTEM]), t[NARROW], t[MADE])
+                (
+                    key.decode("utf-8"),
+                    t[ROWS],
+                    int(t[SYSTEM]),
+                    t[NARROW],
+                    t[MADE],
+                    *(_sqlite_number(value) for value in t[SPENT:]),
+                )
                 for key, t in tallies.items()
             ),
         )
         self.connection.execute("COMMIT")
+
+
+def _sqlite_number(value: Any) -> Any:
+    """A sum as SQLite holds it: an integer beyond 64 bits as a double (its adding does the same)."""
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return float(value)
+    return value
 
 
 def _count_part(copy_path: Path, claims: Path, out: Path, span: Span, sessions: Sessions) -> None:
@@ -103,6 +133,7 @@ class ClaimedSessions:
         self._connection.execute(_CLAIMED)
         self._connection.execute(_COUNTED)
         self._connection.execute(_LINES)
+        self._connection.execute(_SPEND_ROWS)
         self._finalizer = weakref.finalize(self, close_scratch, self._connection, self.folder)
 
     def claim_lines(self, lines: Iterable[tuple[int, str]]) -> None:
@@ -126,9 +157,27 @@ class ClaimedSessions:
             return reading.why or "the audit kept no copy of the store"
         try:
             self._count(reading.copy.path)
+            self._copy_spend(reading.copy.path)
         except sqlite3.Error as error:
             return str(error)
         return None
+
+    def _copy_spend(self, copy_path: Path) -> None:
+        """The spend columns of the claimed sessions' rows of the session table, found by its
+        primary key."""
+        self._connection.execute("ATTACH DATABASE ? AS store", (os.fsdecode(copy_path),))
+        try:
+            present = {row[1] for row in self._connection.execute("PRAGMA store.table_info(session)")}
+            values = ", ".join(
+                f"CASE WHEN typeof({name}) IN ('integer', 'real') THEN {name} END" if name in present else "NULL"
+                for name in _SESSION_SPEND
+            )
+            self._connection.execute(
+                f"INSERT OR IGNORE INTO spend SELECT id, {values} FROM store.session"
+                " WHERE id IN (SELECT session_id FROM claimed)"
+            )
+        finally:
+            self._connection.execute("DETACH DATABASE store")
 
     def _count(self, copy_path: Path) -> None:
         """The work spread over the cores (the parts give the same tallies as one pass:
@@ -192,12 +241,20 @@ class ClaimedSessions:
             self._connection.execute("DETACH DATABASE part")
         out.unlink()
 
-    def by_line(self) -> Iterator[tuple[int, int, int, int]]:
-        """(line number, then its session's counts as `get` gives them) of every line of
-        `claim_lines`, in line order: one query, not one a line."""
+    def by_line(self) -> Iterator[tuple[Any, ...]]:
+        """Of every line of `claim_lines`, in line order (one query, not one a line): its line
+        number, its session's counts as `items` gives them, then its session's id and spend:
+        whether the session table holds the session (0 or 1), the row's spend columns (SPEND
+        order; NULL for a column the store lacks), and the sums of its messages' spend and of
+        their absolute values (in pairs, SPEND order)."""
+        columns = ", ".join(f"spend.{name}" for name in SPEND)
+        sums = ", ".join(f"{name}_sum, coalesce({name}_abs, 0)" for name in SPEND)
         return self._connection.execute(
-            "SELECT lineno, coalesce(rows, 0), coalesce(narrow, 0), coalesce(made + (made > 0 AND system), 0)"
-            " FROM lines LEFT JOIN counted USING (session_id) ORDER BY lineno"
+            "SELECT lineno, coalesce(rows, 0), coalesce(narrow, 0),"
+            " coalesce(made + (made > 0 AND system), 0),"
+            f" lines.session_id, spend.session_id IS NOT NULL, {columns}, {sums}"
+            " FROM lines LEFT JOIN counted ON counted.session_id = lines.session_id"
+            " LEFT JOIN spend ON spend.session_id = lines.session_id ORDER BY lineno"
         )
 
     def items(self) -> dict[str, tuple[int, int, int]]:
