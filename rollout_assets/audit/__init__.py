@@ -25,7 +25,12 @@ taken in the same pass); each check's verdict is then a comparison of the two.
     times.py         the audit's reading of a shot's time stamps, and the shot's window
     transcripts.py   the audit's reading of a Claude transcript file
     shot_proofs.py   the proofs of a proposer line's join or gap
+    subagents.py     the audit's one-to-one join of shots to transcripts, their sub-agent
+                     conversations and the token usage of each
+    line_sessions.py the session of each worker line, its rows counted once for two verdicts
     gap_proofs.py    the gap check's verdict: every gap line's reason holds in the inputs
+    usage.py         the audit's sums of token usage and spend, held against a line's cost
+    usage_proofs.py  the usage check's verdict: every line's usage is its records' sum
 """
 
 from rollout_assets.audit.folders import UnreadableRound
@@ -33,7 +38,9 @@ from rollout_assets.audit.gap_proofs import gaps_warranted_verdict
 from rollout_assets.audit.inputs import ExpectedLine, InputsRecount, recount_inputs
 from rollout_assets.audit.inputs_match import inputs_match_verdict
 from rollout_assets.audit.ledger import LedgerRecount, MalformedLedgerLine, SeenLine, recount_ledger
+from rollout_assets.audit.line_sessions import LineSessions
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult
+from rollout_assets.audit.usage_proofs import usage_verdict
 from rollout_assets.audit.verdicts import (
     integrity_verdict,
     proposers_verdict,
@@ -48,6 +55,7 @@ __all__ = [
     "ExpectedLine",
     "InputsRecount",
     "LedgerRecount",
+    "LineSessions",
     "MalformedLedgerLine",
     "SeenLine",
     "UnreadableRound",
@@ -59,5 +67,6 @@ __all__ = [
     "recount_ledger",
     "stats_verdict",
     "supervisors_verdict",
+    "usage_verdict",
     "workers_verdict",
 ]

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from rollout_assets.audit.result import SAMPLE_SIZE
 from rollout_assets.audit.spill import SpilledRows, tally_key
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
+from rollout_assets.audit.usage import COST_FIELDS
 from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
 from rollout_assets.counters import FIRST, KEEP, merge_counters, sample
 from rollout_assets.ledger.schema import PARSED_FROM_JSON, RolloutLine
@@ -65,7 +66,7 @@ _SPILLED = ("keys", "sequence", "claim_subjects", "worker_message_counts")
 
 
 class SeenLine(NamedTuple):
-    """What the order check compares of one valid ledger line."""
+    """What the verdicts compare of one valid ledger line."""
 
     lineno: int
     rollout_id: str
@@ -75,6 +76,7 @@ class SeenLine(NamedTuple):
     role: str
     gap: str | None
     has_messages: bool
+    cost: tuple[Any, ...] = ()  # its cost fields the usage proofs recount (usage.COST_FIELDS)
 
 
 @dataclass
@@ -279,7 +281,10 @@ class LedgerRecount:
         outcome = value["outcome"]
         gap = value["provenance"].get("gap")
         messages = bool(value["messages"])
-        seen = (lineno, value["rollout_id"], outcome["reward"], coordinates, parent, role, gap, messages)
+        cost = tuple(value["cost"][name] for name in COST_FIELDS)
+        seen = (
+            lineno, value["rollout_id"], outcome["reward"], coordinates, parent, role, gap, messages, cost
+        )
         self.sequence.append(seen, key=value["rollout_id"], label=role, parent=parent)
         self._note_claims(value, role, lineno)
         self.run_ids[value["run_id"]] += 1
