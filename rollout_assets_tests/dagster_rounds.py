@@ -56,6 +56,7 @@ CHECK_NAMES = {
     "every_shot_receipt_has_one_proposer_line",
     "every_line_is_its_invocation_in_order",
     "every_gap_is_warranted",
+    "every_usage_is_its_transcripts",
     "ledger_lines_valid_and_linked",
     "stats_reconcile_with_ledger",
     "every_cell_lists_its_workers",

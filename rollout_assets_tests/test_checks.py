@@ -1123,6 +1123,7 @@ def test_checks_alone_pass_on_the_untouched_round(damaged: tuple[DagsterInstance
         "every_shot_receipt_has_one_proposer_line": (True, ROUND),
         "every_line_is_its_invocation_in_order": (True, ROUND),
         "every_gap_is_warranted": (True, ROUND),
+        "every_usage_is_its_transcripts": (True, ROUND),
         "ledger_lines_valid_and_linked": (True, ROUND),
     }
 

@@ -90,6 +90,7 @@ CHECKS = {
     "every_shot_receipt_has_one_proposer_line": ("rollout_ledger", True),
     "every_line_is_its_invocation_in_order": ("rollout_ledger", True),
     "every_gap_is_warranted": ("rollout_ledger", True),
+    "every_usage_is_its_transcripts": ("rollout_ledger", True),
     "ledger_lines_valid_and_linked": ("rollout_ledger", True),
     "stats_reconcile_with_ledger": ("rollout_stats", True),
     "every_cell_lists_its_workers": ("campaign_cells", False),

@@ -6,7 +6,8 @@ The blocking ones stop a failing round before `rollout_stats` (and anything down
 is materialized.
 
 The checks of one run share two recounts: the round's inputs, walked once, and the ledger,
-read once (see `_RunRecounts`).
+read once; and the gap and usage checks one count of the worker lines' sessions' rows (see
+`_RunRecounts`).
 """
 
 import gc
@@ -58,13 +59,14 @@ class _RunRecounts:
     def __init__(self) -> None:
         self._inputs: tuple[Any, audit.InputsRecount] | None = None
         self._ledger: tuple[Any, audit.LedgerRecount] | None = None
+        self._sessions: tuple[Any, audit.LineSessions] | None = None
 
     def inputs(
         self, context: AssetCheckExecutionContext, out_dir: Path, opencode_db: Path, claude_projects: Path
     ) -> audit.InputsRecount:
         key = (context.run.run_id, str(out_dir), str(opencode_db), str(claude_projects))
         if self._inputs is None or self._inputs[0] != key:
-            self._inputs = None  # the previous recount is not kept alive while the next one is built
+            self._inputs = self._sessions = None  # nothing previous kept alive while the next is built
             return_freed_memory()  # of the steps before
             self._inputs = (
                 key, _frozen(lambda: audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects))
@@ -74,10 +76,22 @@ class _RunRecounts:
     def ledger(self, context: AssetCheckExecutionContext, ledger_path: Path) -> audit.LedgerRecount:
         key = (context.run.run_id, str(ledger_path), *file_identity(ledger_path))
         if self._ledger is None or self._ledger[0] != key:
-            self._ledger = None
+            self._ledger = self._sessions = None
             return_freed_memory()
             self._ledger = (key, _frozen(lambda: audit.recount_ledger(ledger_path)))
         return self._ledger[1]
+
+    def sessions(self, inputs: audit.InputsRecount, ledger: audit.LedgerRecount) -> audit.LineSessions:
+        """The rows of the worker lines' sessions, counted for the recounts `inputs()` and
+        `ledger()` last returned (the two the caller holds)."""
+        assert self._inputs is not None and self._ledger is not None
+        assert self._inputs[1] is inputs and self._ledger[1] is ledger
+        key = (self._inputs[0], self._ledger[0])
+        if self._sessions is None or self._sessions[0] != key:
+            self._sessions = None
+            return_freed_memory()
+            self._sessions = (key, _frozen(lambda: audit.LineSessions(inputs, ledger)))
+        return self._sessions[1]
 
 
 _RECOUNTS = _RunRecounts()
@@ -90,6 +104,13 @@ def _inputs(context: AssetCheckExecutionContext, locations: RoundLocations) -> a
 
 def _ledger(context: AssetCheckExecutionContext, locations: RoundLocations) -> audit.LedgerRecount:
     return _RECOUNTS.ledger(context, locations.outputs(context.partition_key).ledger)
+
+
+def _recounts_with_sessions(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> tuple[audit.InputsRecount, audit.LedgerRecount, audit.LineSessions]:
+    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
+    return inputs, ledger, _RECOUNTS.sessions(inputs, ledger)
 
 
 def _result(outcome: audit.AuditResult, round_key: str) -> AssetCheckResult:
@@ -154,9 +175,20 @@ def every_gap_is_warranted(
     inside the shot's window, a store or file the audit cannot read either, ...); every proposer
     line joined to a transcript names a file of its worktree's project folder that starts
     inside the shot's window."""
-    inputs, ledger = _inputs(context, locations), _ledger(context, locations)
-    return_freed_memory()  # the one verdict that counts rows of its own (the store's sessions)
-    return _result(audit.gaps_warranted_verdict(inputs, ledger), context.partition_key)
+    inputs, ledger, sessions = _recounts_with_sessions(context, locations)
+    return _result(audit.gaps_warranted_verdict(inputs, ledger, sessions), context.partition_key)
+
+
+@asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
+def every_usage_is_its_transcripts(
+    context: AssetCheckExecutionContext, locations: RoundLocations
+) -> AssetCheckResult:
+    """Every line's token counts are its transcript's, summed by the audit's own reading: a
+    proposer's and each sub-agent's the final usage of each API message of its Claude
+    transcript, a worker's (and its cost) its opencode session's row or assistant messages, a
+    supervisor's none; a count no record holds is null, never 0."""
+    inputs, ledger, sessions = _recounts_with_sessions(context, locations)
+    return _result(audit.usage_verdict(inputs, ledger, sessions), context.partition_key)
 
 
 @asset_check(asset=ROLLOUT_LEDGER, partitions_def=ROUNDS, blocking=True)
@@ -201,6 +233,7 @@ ROUND_CHECKS = [
     every_shot_receipt_has_one_proposer_line,
     every_line_is_its_invocation_in_order,
     every_gap_is_warranted,
+    every_usage_is_its_transcripts,
     ledger_lines_valid_and_linked,
     stats_reconcile_with_ledger,
     every_cell_lists_its_workers,

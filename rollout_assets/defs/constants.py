@@ -32,6 +32,7 @@ LEDGER_BLOCKING_CHECKS = (
     "every_gap_is_warranted",
     "every_line_is_its_invocation_in_order",
     "every_shot_receipt_has_one_proposer_line",
+    "every_usage_is_its_transcripts",
     "every_worker_session_accounted_for",
     "ledger_lines_valid_and_linked",
 )
