@@ -249,6 +249,10 @@ def test_the_joins_ledger_carries_a_gap_of_every_reason_and_passes(rnd: Round) -
         result.details["joined_proposer_lines"],
         result.details["joined_worker_lines"],
     ) == (9, 2, 1)
+    # Its token counts are those of its transcripts and sessions (every_usage_is_its_transcripts).
+    inputs = audit.recount_inputs(rnd.out_dir, rnd.store, claude_projects=rnd.claude)
+    usage = audit.usage_verdict(inputs, audit.recount_ledger(rnd.ledger))
+    assert (usage.passed, usage.expected, usage.sample) == (True, 12, [])
 
 
 # ---------------------------------------------------------------------------

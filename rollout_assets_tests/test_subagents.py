@@ -148,6 +148,7 @@ def _checks(out_dir: Path, claude: Path, store: Path, ledger: Path) -> dict[str,
         "order": audit.inputs_match_verdict(inputs, lines),
         "integrity": audit.integrity_verdict(lines),
         "gaps": audit.gaps_warranted_verdict(inputs, lines),
+        "usage": audit.usage_verdict(inputs, lines),
     }
 
 
