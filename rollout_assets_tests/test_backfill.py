@@ -311,7 +311,10 @@ def test_a_worker_id_is_uuid5_of_supervisor_id_cwd_and_session_id(
 ) -> None:
     supervisor = round_001.role("supervisor")[0]
     worker = round_001.workers_of(supervisor)[0]
-    cwd = str(demo.root / "worker-clones" / "round-001" / "baseline" / "astropy__astropy-12907__rep0" / "w0")
+    # The first clone the cell's result.json lists: a folder of the worker's own name.
+    result = json.loads((Path(supervisor["artifacts"]["run_dir"]) / "result.json").read_text())
+    cwd = result["recoveredSpend"]["workerCwds"][0]
+    assert cwd.startswith(f"{demo.root}/worker-clones/round-001/loops-w-0-")
     (row,) = session_rows(demo.opencode_db, cwd)
 
     assert worker["outcome"]["metrics"]["worker_cwd"] == cwd

@@ -442,6 +442,36 @@ def test_worker_cwds_are_unique_in_a_round(demo: DemoLayout) -> None:
     assert all(cwd.startswith(f"{demo.root}/worker-clones/{ROUND_002.name}/") for cwd in cwds)
 
 
+def test_each_worker_works_in_a_clone_of_its_own_name(demo: DemoLayout) -> None:
+    out_dir = demo.rounds_root / ROUND_002.name
+    cwds = [cwd for p in cells_of(out_dir) for cwd in result_json(p.parent)["recoveredSpend"]["workerCwds"]]
+    names = [Path(cwd).name for cwd in cwds]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"loops-w-[0-2]-[0-9a-z]{6}", name) for name in names)
+
+
+def test_worker_tasks_recur_across_reps_and_candidates(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    """A worker's prompt names its own clone and name, and apart from those it is the same for
+    the same subtask of an instance in every rep and campaign: training pairs and groups form."""
+    out_dir = demo.rounds_root / ROUND_002.name
+    prompts: dict[tuple[str, int], set[str]] = {}
+    sessions: dict[tuple[str, int], int] = {}
+    for cell in cells_of(out_dir):
+        record = read_json(cell)
+        for slot, cwd in enumerate(result_json(cell.parent)["recoveredSpend"]["workerCwds"]):
+            [(session_id, *_)] = sessions_of(db, cwd)
+            prompt = session_parts(db, session_id)[0]["text"]
+            name = Path(cwd).name
+            assert f"You are worker {name} on {record['scenarioId']}" in prompt and f"inside {cwd}." in prompt
+            key = (record["scenarioId"], slot)
+            prompts.setdefault(key, set()).add(prompt.replace(cwd, "<CLONE>").replace(name, "<NAME>"))
+            sessions[key] = sessions.get(key, 0) + 1
+    campaigns = 1 + ROUND_002.generations * ROUND_002.candidates_per_generation
+    assert len(prompts) == ROUND_002.instances * ROUND_002.workers_per_cell
+    assert set(sessions.values()) == {ROUND_002.reps * campaigns}
+    assert all(len(same) == 1 for same in prompts.values())
+
+
 def test_cost_ledger_tags_the_campaign_dir(demo: DemoLayout) -> None:
     out_dir = demo.rounds_root / ROUND_002.name
     lines = (out_dir / "improve-run" / "cost-ledger.jsonl").read_text(encoding="utf-8").splitlines()

@@ -376,16 +376,12 @@ def test_the_golden_worker_ids_name_supervisor_cwd_and_session(run: Backfilled) 
         1:8:2
     ]
 
+    # Each worker's clone is a folder of its own name beside the round's other clones, as the
+    # loop's temporary clones are (demo/plan.py, worker_cwd).
     assert [line["rollout_id"] for line in golden_workers] == [
-        f"<uuid5 {w['parent_rollout_id']}|<ROOT>/worker-clones/golden/{run_name}/{cell}__rep0/w0|"
+        f"<uuid5 {w['parent_rollout_id']}|<ROOT>/worker-clones/golden/{name}|"
         f"{w['artifacts']['transcript_ref'].removeprefix('opencode:')}>"
-        for w, (run_name, cell) in zip(
-            run.role("worker"),
-            [
-                ("baseline", "astropy__astropy-12907"),
-                ("baseline", "django__django-11532"),
-                ("gen-0-candidate-0", "astropy__astropy-12907"),
-                ("gen-0-candidate-0", "django__django-11532"),
-            ],
+        for w, name in zip(
+            run.role("worker"), ["loops-w-0-tlroef", "loops-w-0-chbq5t", "loops-w-0-runlwn", "loops-w-0-aq7nn1"]
         )
     ]

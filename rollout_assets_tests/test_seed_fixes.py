@@ -460,16 +460,8 @@ def test_a_cell_without_a_readable_result_json_has_no_worker_lines_though_sessio
     runs: dict[str, Backfilled], demo: DemoLayout, fix: str
 ) -> None:
     site = fix_site(demo, fix)
-    assert site.run_dir is not None
-    cwd = (
-        demo.root
-        / "worker-clones"
-        / FIX_ROUNDS[fix].name
-        / site.run_dir.parent.name
-        / site.run_dir.name
-        / "w0"
-    )
-    assert len(session_rows(demo.opencode_db, str(cwd))) == 1
+    assert site.run_dir is not None and site.worker_cwd is not None
+    assert len(session_rows(demo.opencode_db, site.worker_cwd)) == 1
     run = fix_run(runs, fix)
 
     assert run.workers_of(run.supervisor_of_cell(site.cell_dir)) == []

@@ -15,6 +15,7 @@ from rollout_assets.demo.ids import digest
 from rollout_assets.demo.opencode_store import SessionWriter
 from rollout_assets.demo.plan import Cell, RoundPlan
 from rollout_assets.demo.planted import SessionShape, session_shape
+from rollout_assets.demo.worker_text import subtask_titles
 from rollout_assets.demo.world import OFFICIAL_JUDGE, SECOND, SUPERVISOR_MODEL, iso
 
 
@@ -249,8 +250,8 @@ def _supervisor_result(
         "workers": workers,
         "settled": max(workers - 1, 0) if running else workers,
         "subtasks": [
-            {"id": f"t{k + 1}", "title": title, "status": "done", "worker": f"w{k}"}
-            for k, title in zip(range(workers), _subtask_titles(workers))
+            {"id": f"t{k + 1}", "title": title, "status": "done", "worker": cwd.rsplit("/", 1)[-1]}
+            for k, (title, cwd) in enumerate(zip(subtask_titles(workers), worker_cwds))
         ],
         "recoveredSpend": {
             "workerCwds": listed,
@@ -262,18 +263,13 @@ def _supervisor_result(
     }
 
 
-def _subtask_titles(count: int) -> list[str]:
-    titles = ["Reproduce the failing test", "Patch the root cause", "Run the regression suite"]
-    return [titles[k % len(titles)] + ("" if k < len(titles) else f" ({k + 1})") for k in range(count)]
-
-
 def _write_worker_sessions(cell: Cell, worker_cwds: list[str], store: SessionWriter) -> None:
     for k, cwd in enumerate(worker_cwds):
         if "cwd_without_session" in cell.cases and k == len(worker_cwds) - 1:
             continue  # the worker died before opencode created its session
         shape = session_shape(cell.cases) if k == 0 else SessionShape()
         start = cell.start_ms + 15 * SECOND + k * 20 * SECOND
-        session_id = store.add_session(cell, cwd, start, shape)
+        session_id = store.add_session(cell, k, cwd, start, shape)
         if k == 0 and "cwd_with_two_sessions" in cell.cases:
             # opencode's task tool runs a sub-agent in the same directory, as a child session.
-            store.add_session(cell, cwd, start + 45 * SECOND, SessionShape(), parent_id=session_id)
+            store.add_session(cell, k, cwd, start + 45 * SECOND, SessionShape(), parent_id=session_id)

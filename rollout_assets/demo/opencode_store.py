@@ -160,7 +160,7 @@ class SessionWriter:
     # -- one session -----------------------------------------------------------------
 
     def add_session(
-        self, cell: Cell, cwd: str, start_ms: int, shape: SessionShape, parent_id: str | None = None
+        self, cell: Cell, worker: int, cwd: str, start_ms: int, shape: SessionShape, parent_id: str | None = None
     ) -> str:
         rng = self._rng
         model_id, provider_id = WORKER_MODELS[0] if rng.random() < 0.8 else WORKER_MODELS[1]
@@ -170,7 +170,7 @@ class SessionWriter:
         if shape.only_malformed_messages:
             t = self._malformed_messages(session_id, t)
         elif not shape.no_messages:
-            t = self._conversation(session_id, cell, cwd, t, shape, (model_id, provider_id), totals)
+            t = self._conversation(session_id, cell, worker, cwd, t, shape, (model_id, provider_id), totals)
         end_ms = t + rng.randint(40, 900)
         if shape.half_second_wall:
             # A wall time of n.5 s: JavaScript's Math.round goes up, Python's round() goes to even.
@@ -207,6 +207,7 @@ class SessionWriter:
         self,
         session_id: str,
         cell: Cell,
+        worker: int,
         cwd: str,
         t: int,
         shape: SessionShape,
@@ -217,7 +218,7 @@ class SessionWriter:
         user_id = self._message(
             session_id, t, compact({"role": "user", "time": {"created": t}, "agent": "build"})
         )
-        self._part(session_id, user_id, t + 1, compact({"type": "text", "text": worker_prompt(cell, cwd)}))
+        self._part(session_id, user_id, t + 1, compact({"type": "text", "text": worker_prompt(cell, cwd, worker)}))
         context = f"<context>\nrepository clone: {cwd}\nfile under suspicion: {cell.touched_file}\n</context>"
         self._part(session_id, user_id, t + 2, compact({"type": "text", "text": context, "synthetic": True}))
         t += rng.randint(300, 2_000)

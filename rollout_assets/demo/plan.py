@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout_assets.demo.ids import commit_sha, digest, uuid_of
+from rollout_assets.demo.ids import commit_sha, digest, temp_suffix, uuid_of
 from rollout_assets.demo.planted import FIX_CASES, plant_cases
 from rollout_assets.demo.world import BASE_TIME_MS, DAY, HOUR, MINUTE, SECOND
 
@@ -115,6 +115,7 @@ class Cell:
     commit: str
     start_ms: int
     cases: set[str] = field(default_factory=set)
+    number: int = 0  # its place among the round's cells, from 0
 
     @property
     def cell_id(self) -> str:
@@ -163,9 +164,15 @@ class RoundPlan:
     def patch_path(self, cell: Cell) -> Path:
         return self.out_dir / "patches" / cell.campaign.run_name / f"{cell.dir_name}.patch"
 
+    def worker_name(self, cell: Cell, worker: int) -> str:
+        """The worker's own name, as the loop's temporary clone folders are named
+        (`loops-w-<worker>-` and six random characters): a different one in every cell."""
+        counter = cell.number * self.spec.workers_per_cell + worker
+        return f"loops-w-{worker}-{temp_suffix(counter, self.tag)}"
+
     def worker_cwd(self, cell: Cell, worker: int) -> str:
-        clones = self.root / "worker-clones" / self.spec.name / cell.campaign.run_name / cell.dir_name
-        return str(clones / f"w{worker}")
+        """The worker's clone: a folder of its own name, all clones of a round side by side."""
+        return str(self.root / "worker-clones" / self.spec.name / self.worker_name(cell, worker))
 
     def candidate_patch(self, campaign: Campaign) -> Path:
         return self.out_dir / "candidates" / f"{campaign.commit[:10]}.patch"
@@ -287,5 +294,6 @@ def _plan_timeline(plan: RoundPlan) -> None:
                     dir_name=f"{scenario_id}__rep{rep}",
                     commit=campaign.commit,
                     start_ms=campaign_start + n * _CELL_STAGGER,
+                    number=len(plan.cells),
                 )
             )

@@ -18,10 +18,21 @@ TOOLS = ("read", "bash", "grep", "edit")
 _LONG_OUTPUT_LINES = 3300  # ~66 bytes a line: > 200 kB
 
 
-def worker_prompt(cell: Cell, cwd: str) -> str:
+_SUBTASKS = ("Reproduce the failing test", "Patch the root cause", "Run the regression suite")
+
+
+def subtask_titles(count: int) -> list[str]:
+    """The subtasks the scripted supervisor gives its workers, worker k the k-th."""
+    return [_SUBTASKS[k % len(_SUBTASKS)] + ("" if k < len(_SUBTASKS) else f" ({k + 1})") for k in range(count)]
+
+
+def worker_prompt(cell: Cell, cwd: str, worker: int) -> str:
+    """The supervisor's task for worker `worker`: the same in every rep and campaign of the
+    instance but for the worker's own name and clone, as a scripted supervisor words it."""
+    name = cwd.rsplit("/", 1)[-1]
     return (
-        f"You are worker on {cell.scenario_id} (rep {cell.rep}). Reproduce the failing test, then fix "
-        f"{cell.touched_file} with the smallest patch. Work only inside {cwd}. "
+        f"You are worker {name} on {cell.scenario_id}. Your subtask: {subtask_titles(worker + 1)[worker]}; "
+        f"the fix belongs in {cell.touched_file}, with the smallest patch. Work only inside {cwd}. "
         f"Mind the unicode fixtures: {NON_ASCII_SAMPLE}"
     )
 
