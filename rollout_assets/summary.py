@@ -22,7 +22,8 @@ from rollout_assets.stages import RoundOutputs
 if TYPE_CHECKING:
     import pandas as pd
 
-ROLES = ("supervisor", "worker", "proposer")
+# The roles a round yields; `agent` lines are the proposers' sub-agent conversations.
+ROLES = ("supervisor", "worker", "proposer", "agent")
 
 # The columns and their types (pandas and pyarrow read the same names), fixed: a type
 # inferred from the values would change with the data (a column null in every round, or a

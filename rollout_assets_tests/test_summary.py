@@ -60,6 +60,7 @@ def test_rounds_summary_has_one_row_per_round_recounted_from_each_ledger(demo, t
         lines = read_jsonl(ledger_root / row.round / "rollout-ledger.jsonl")
         assert row.lines == len(lines)
         assert row.lines_worker == sum(line["role"] == "worker" for line in lines)
+        assert row.lines_agent == sum(line["role"] == "agent" for line in lines) > 0
         assert row.gap_rate == pytest.approx(sum(not line["messages"] for line in lines) / len(lines))
         assert row.reward_labeled_share == pytest.approx(
             sum(line["outcome"]["reward"] is not None for line in lines) / len(lines)
@@ -97,7 +98,8 @@ def test_a_round_without_stats_is_left_out_and_reported(tmp_path: Path) -> None:
     assert frame.to_dict("records")[0]["gap_rate"] == 0.5
     assert pd.isna(frame.to_dict("records")[0]["mean_reward_worker"])
     assert pd.isna(frame.to_dict("records")[0]["cost_usd"])  # unrecorded cost is not 0
-    assert markdown_table(frame).splitlines()[2].startswith("| a | 4 | 2 | 2 | 0 | 2 | 0.500 | 0.000 | — |")
+    # round, lines, per role (supervisor, worker, proposer, agent), gap lines, gap rate, share
+    assert markdown_table(frame).splitlines()[2].startswith("| a | 4 | 2 | 2 | 0 | 0 | 2 | 0.500 | 0.000 | — |")
 
 
 def materialize_summary(instance, resources):
@@ -371,8 +373,9 @@ def test_the_summary_file_keeps_its_column_types_whatever_the_rows_hold(tmp_path
     schema = pq.read_schema(tmp_path / "summary.parquet")
     assert {name: str(schema.field(name).type) for name in schema.names} == {
         "round": "string", "lines": "int64", "lines_supervisor": "int64", "lines_worker": "int64",
-        "lines_proposer": "int64", "gap_lines": "int64", "gap_rate": "double", "reward_labeled_share": "double",
-        "mean_reward_supervisor": "double", "mean_reward_worker": "double", "mean_reward_proposer": "double",
+        "lines_proposer": "int64", "lines_agent": "int64", "gap_lines": "int64", "gap_rate": "double",
+        "reward_labeled_share": "double", "mean_reward_supervisor": "double", "mean_reward_worker": "double",
+        "mean_reward_proposer": "double", "mean_reward_agent": "double",
         "cost_usd": "double", "cost_usd_recorded": "double", "opencode_db_available": "bool",
         "round_dir_present": "bool",
     }  # fmt: skip

@@ -20,7 +20,7 @@ from rollout_assets.stages.memory import return_freed_memory
 def role_and_gap_metadata(stats: BackfillStats) -> dict[str, Any]:
     """Lines per role and per gap reason, as numbers the UI plots across rounds."""
     metadata: dict[str, Any] = {
-        f"lines_{role}": stats.by_role.get(role, 0) for role in ("supervisor", "worker", "proposer")
+        f"lines_{role}": stats.by_role.get(role, 0) for role in ("supervisor", "worker", "proposer", "agent")
     }
     metadata.update({f"gap_{kind}": stats.by_gap_kind.get(kind, 0) for kind in GAP_KINDS})
     return metadata
