@@ -44,6 +44,16 @@ def _filter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--roles", nargs="+", default=None, metavar="ROLE", help="roles to include (default: all)")
     parser.add_argument("--per-instance-cap", type=int, default=3, metavar="K", help="SFT rows per (role, instance)")
     parser.add_argument("--margin", type=float, default=0.05, help="least reward difference of a pair (default 0.05)")
+    parser.add_argument(
+        "--no-normalize-identifiers", dest="normalize_identifiers", action="store_false",
+        help="keep each line's working folder, worker name, run folder and session ids as they are",
+    )  # fmt: skip
+    parser.add_argument(
+        "--group-by", choices=("prompt", "instance"), default="prompt",
+        help="pairs and groups join lines of one instance with the same prompt (default), or all of them",
+    )  # fmt: skip
+    parser.add_argument("--max-tokens", type=int, metavar="N", help="drop lines longer than N tokens (too_long)")
+    parser.add_argument("--tokenizer", metavar="TOKENIZER.json", help="count tokens with this tokenizer (default: estimate)")
 
 
 def _bad_round_names(args: argparse.Namespace, names: list[str]) -> int | None:
@@ -79,6 +89,10 @@ def run_export(args: argparse.Namespace) -> int:
         min_reward=args.min_reward,
         per_instance_cap=args.per_instance_cap,
         margin=args.margin,
+        normalize_identifiers=args.normalize_identifiers,
+        group_by=args.group_by,
+        max_tokens=args.max_tokens,
+        tokenizer=args.tokenizer,
         **({"roles": tuple(args.roles)} if args.roles else {}),
     )
     round_key = args.round_key or Path(os.path.realpath(ledger)).parent.name
@@ -90,7 +104,7 @@ def run_export(args: argparse.Namespace) -> int:
                 drops = ", ".join(f"{reason} {count}" for reason, count in report.drops.items()) or "none"
                 print(f"{name}: {report.rows} rows from {report.lines_in_rows} of {report.lines} lines (dropped: {drops})")
             print(f"training files → {export.files.folder}")
-            verdicts = verify_training(snapshot, export.files, settings.margin)
+            verdicts = verify_training(snapshot, export.files, settings.margin, settings.to_json())
             snapshot.check_unchanged()
     except BrokenPipeError:
         raise

@@ -218,15 +218,18 @@ def known_names() -> frozenset[str]:
 
 def training_names() -> frozenset[str]:
     """Names of the training data and the release, read from the code that defines them: the
-    drop reasons, the columns of the Arrow schemas, and the fields of the assets' run config."""
+    drop reasons, the columns of the Arrow schemas and the fields of their metadata, the kinds
+    of identifiers normalized, and the fields of the assets' run config."""
     from rollout_assets.defs.assets.release import ReleaseAssetConfig
     from rollout_assets.defs.assets.training import TrainingConfig
     from rollout_assets.training import DROP_REASONS
     from rollout_assets.training.arrow import schemas
+    from rollout_assets.training.identifiers import KINDS
 
     columns = {name for schema in schemas().values() for name in schema.names}
+    columns |= {field.name for schema in schemas().values() for field in schema.field("metadata").type}
     config = set(TrainingConfig.model_fields) | set(ReleaseAssetConfig.model_fields)
-    return frozenset(DROP_REASONS) | frozenset(columns) | frozenset(config)
+    return frozenset(DROP_REASONS) | frozenset(columns) | frozenset(config) | frozenset(KINDS)
 
 
 # ---------------------------------------------------------------------------

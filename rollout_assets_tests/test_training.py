@@ -127,6 +127,7 @@ def test_sft_rows_are_in_the_chat_shape(mixed_ledger: Path, tmp_path: Path) -> N
         "rollout_id": _id("a-best"), "run_id": "round-0007", "round": "round-007", "role": "worker",
         "candidate_id": "gen0-cand1", "instance_id": "a", "rep": 0, "reward": 1.0,
         "reward_source": "swe-arena-official-judge/inherited", "model": "gpt-5",
+        "token_counter": "estimate", "replacements": [],  # nothing of the line's own is in this transcript
     }
     assert first["n_messages"] == 4
     # UTF-8 bytes of contents, reasoning, tool names and arguments, / 4 rounded up.

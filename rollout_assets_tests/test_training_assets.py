@@ -1,5 +1,6 @@
 """The training assets and their checks on a real Dagster instance, over a demo round."""
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -50,6 +51,12 @@ def test_a_round_is_trainable_in_the_same_run(demo) -> None:
         assert sft["rows"] + sft["dropped"] == sft["lines"] == metadata_values(found["rollout_ledger"].metadata)["lines"]
         report = metadata_values(found["training_report"].metadata)
         assert report["sft_rows_rows"] == sft["rows"]
+        # The demo's workers take tasks that recur across reps and candidates, each in a clone
+        # of its own: once the clones are normalized, pairs and groups form.
+        assert report["preference_pairs_rows"] > 0 and report["grpo_groups_rows"] > 0
+        ledger_lines = (folder / "rollout-ledger.jsonl").read_text().splitlines()
+        ledger = metadata_values(found["rollout_ledger"].metadata)
+        assert ledger["lines_agent"] == sum('"role":"agent"' in line for line in ledger_lines) > 0
         checks = {name: e for name, e in evaluations(result).items() if name in TRAINING_CHECK_NAMES}
         assert set(checks) == TRAINING_CHECK_NAMES
         assert all(e.passed for e in checks.values()), {n: e.metadata for n, e in checks.items() if not e.passed}
@@ -86,6 +93,24 @@ def test_no_training_data_from_a_ledger_that_failed_its_checks(demo) -> None:
         failures = step_failures(result)
         assert "not writing training data, its ledger failed the blocking check(s)" in failures["training_datasets"]
         assert not (folder / "training" / "sft.parquet").exists()
+
+
+def test_the_normalization_grouping_and_length_settings_reach_the_rows(demo) -> None:
+    _, resources, folder = demo
+    config = {"normalize_identifiers": False, "group_by": "instance", "max_tokens": 900}
+    with DagsterInstance.ephemeral() as instance:
+        materialize_round(instance, resources)
+        result = materialize(
+            ALL_DEFS, selection=AssetSelection.groups("training"), partition_key=ROUND, instance=instance,
+            resources=resources, raise_on_error=False, run_config={"ops": {"training_datasets": {"config": config}}},
+        )  # fmt: skip
+        assert result.success, step_failures(result)
+        report = json.loads((folder / "training" / "training-report.json").read_text())
+        assert {key: report["filter"][key] for key in config} == config
+        assert report["datasets"]["sft_rows"]["drops"]["too_long"] > 0
+        groups = pq.read_table(folder / "training" / "grpo-groups.parquet").to_pylist()
+        assert groups and {group["metadata"]["group_by"] for group in groups} == {"instance"}
+        assert all(e.passed for name, e in evaluations(result).items() if name in TRAINING_CHECK_NAMES)
 
 
 def test_bad_filter_settings_fail_the_step_in_one_sentence(demo) -> None:

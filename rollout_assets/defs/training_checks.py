@@ -20,11 +20,14 @@ _DESCRIPTIONS = {
     "account_for_every_line": "Every ledger line is in exactly one of kept or dropped with a reason "
     "(kept + dropped = lines), and a per-line drop reason is true of the line.",
     "match_ledger": "Every row's lines are ledger lines, none gated, unrewarded or a gap, and the row "
-    "holds exactly their messages.",
+    "holds exactly their messages, identifiers replaced and recorded as recounted, within the token "
+    "limit, grouped as the report says.",
     "tool_messages_answer_calls": "Every tool message answers a tool call of an earlier assistant "
     "message in the same row.",
     "meet_margin": "Every pair's chosen reward (as the ledger has it) exceeds its rejected reward by "
     "at least the margin the pairs were built with.",
+    "identifiers_normalized": "No row still names its line's working folder, worker name, run folder or "
+    "session ids, and no tool output names a path under another placeholder than its call.",
 }
 
 
@@ -45,7 +48,7 @@ class _RunVerdicts:
             with round_errors_fail_the_step(context.partition_key):
                 report, _ = read_report(outputs.training)
             margin = float(report["filter"]["margin"])
-            self._entry = (identity, verify_training(outputs.ledger, files, margin))
+            self._entry = (identity, verify_training(outputs.ledger, files, margin, report["filter"]))
         return self._entry[1]
 
 

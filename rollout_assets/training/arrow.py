@@ -29,6 +29,11 @@ def schemas() -> dict[str, pa.Schema]:
     }
 
 
+def _replacements(pa: Any) -> pa.DataType:
+    """What normalization replaced in one line's transcript: per kind, its placeholder and count."""
+    return pa.list_(pa.struct([("kind", pa.string()), ("placeholder", pa.string()), ("count", pa.int64())]))
+
+
 def _chat_types(pa: Any) -> tuple[pa.DataType, pa.DataType]:
     """The message list and the tool list every dataset shares (OpenAI chat form)."""
     tool_call = pa.struct(
@@ -73,6 +78,8 @@ def _sft_schema(pa: Any, messages: pa.DataType, tools: pa.DataType) -> pa.Schema
             ("reward", pa.float64()),
             ("reward_source", pa.string()),
             ("model", pa.string()),
+            ("token_counter", pa.string()),
+            ("replacements", _replacements(pa)),
         ]
     )
     return pa.schema(
@@ -97,6 +104,10 @@ def _pair_schema(pa: Any, messages: pa.DataType) -> pa.Schema:
             ("rejected_rollout_id", pa.string()),
             ("chosen_reward", pa.float64()),
             ("rejected_reward", pa.float64()),
+            ("group_by", pa.string()),
+            ("token_counter", pa.string()),
+            ("chosen_replacements", _replacements(pa)),
+            ("rejected_replacements", _replacements(pa)),
         ]
     )
     return pa.schema(
@@ -112,7 +123,15 @@ def _pair_schema(pa: Any, messages: pa.DataType) -> pa.Schema:
 
 def _group_schema(pa: Any, messages: pa.DataType) -> pa.Schema:
     group_metadata = pa.struct(
-        [("round", pa.string()), ("run_id", pa.string()), ("role", pa.string()), ("instance_id", pa.string())]
+        [
+            ("round", pa.string()),
+            ("run_id", pa.string()),
+            ("role", pa.string()),
+            ("instance_id", pa.string()),
+            ("group_by", pa.string()),
+            ("token_counter", pa.string()),
+            ("replacements", pa.list_(_replacements(pa))),  # one list per completion
+        ]
     )
     return pa.schema(
         [

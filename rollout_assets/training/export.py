@@ -18,13 +18,13 @@ from typing import Any
 from rollout_assets.folder_swap import built_in_place
 from rollout_assets.ledger import AtomicJsonlWriter
 from rollout_assets.ledger.snapshot import LedgerSnapshot
-from rollout_assets.training.arrow import schemas
-from rollout_assets.training.files import DATASETS, AtomicParquetWriter, TrainingFiles
+from rollout_assets.training.files import DATASETS, TrainingFiles
 from rollout_assets.training.filter import DROP_REASONS, TrainingFilter
 from rollout_assets.training.out_dir import export_folder, refuse_unless_replaceable
-from rollout_assets.training.rows import group_row, pair_row, sft_row
-from rollout_assets.training.scan import LineKey, TrainingInputError, read_line_at, scan_ledger
+from rollout_assets.training.rows import RowBuilder
+from rollout_assets.training.scan import LineKey, TrainingInputError, scan_ledger
 from rollout_assets.training.select import Selection, select_groups, select_pairs, select_sft
+from rollout_assets.training.write import write_rows
 
 _SELECTORS = {"sft_rows": select_sft, "preference_pairs": select_pairs, "grpo_groups": select_groups}
 
@@ -88,35 +88,20 @@ def export_training(
 
 
 def _export(snapshot: LedgerSnapshot, files: TrainingFiles, round_key: str, settings: TrainingFilter) -> TrainingExport:
+    rows = RowBuilder(round_key, settings)  # loads a tokenizer before the scan needs it
     scan = scan_ledger(snapshot, settings)
-    reports = {}
-    for dataset in DATASETS:
-        selection = _SELECTORS[dataset](scan.keys, settings)
-        reports[dataset] = _write_dataset(dataset, selection, scan.keys, snapshot, files, round_key)
+    selections = {dataset: _SELECTORS[dataset](scan.keys, settings) for dataset in DATASETS}
+    sft_tokens = write_rows(selections, scan.keys, snapshot, files, rows)
+    reports = {dataset: _account(dataset, selections[dataset], scan.keys, files) for dataset in DATASETS}
+    reports["sft_rows"].tokens = sft_tokens
     export = TrainingExport(round_key, settings, files, reports, scan.sha256)
     write_report(export)
     return export
 
 
-def _write_dataset(
-    dataset: str,
-    selection: Selection,
-    keys: list[LineKey],
-    snapshot: LedgerSnapshot,
-    files: TrainingFiles,
-    round_key: str,
-) -> DatasetReport:
+def _account(dataset: str, selection: Selection, keys: list[LineKey], files: TrainingFiles) -> DatasetReport:
+    """The fate of every ledger line in `dataset`, written to its accounting; the report's counts."""
     report = DatasetReport(dataset, lines=len(keys), rows=len(selection.rows), lines_in_rows=0)
-    with AtomicParquetWriter(files.parquet(dataset), schemas()[dataset]) as parquet:
-        jsonl = AtomicJsonlWriter(files.sft_jsonl) if dataset == "sft_rows" else None
-        with jsonl if jsonl is not None else contextlib.nullcontext():
-            for indexes in selection.rows:
-                lines = [read_line_at(snapshot, keys[index]) for index in indexes]
-                row = _row(dataset, lines, round_key)
-                parquet.write(row)
-                if jsonl is not None:
-                    jsonl.write(row)
-                    report.tokens = (report.tokens or 0) + row["tokens"]
     drops: Counter[str] = Counter()
     with AtomicJsonlWriter(files.accounting(dataset)) as accounting:
         for key in keys:
@@ -127,17 +112,7 @@ def _write_dataset(
             else:
                 drops[fate] += 1
     report.drops = {reason: drops[reason] for reason in DROP_REASONS if drops[reason]}
-    if dataset == "sft_rows" and report.tokens is None:
-        report.tokens = 0
     return report
-
-
-def _row(dataset: str, lines: list[dict[str, Any]], round_key: str) -> dict[str, Any]:
-    if dataset == "sft_rows":
-        return sft_row(lines[0], round_key)
-    if dataset == "preference_pairs":
-        return pair_row(lines[0], lines[1], round_key)
-    return group_row(lines, round_key)
 
 
 def write_report(export: TrainingExport) -> None:

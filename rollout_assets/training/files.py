@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 # definitions import it, and every run of the project (most never touch a Parquet file) would
 # otherwise hold pyarrow's ~40 MiB.
 
-# Rows per Parquet row group: small enough that a batch of transcripts stays in memory only
-# briefly, large enough for readers to scan quickly.
+# Transcripts per Parquet row group: small enough that a batch of transcripts stays in memory
+# only briefly, large enough for readers to scan quickly. An SFT row holds one, a pair two, a
+# GRPO group one per completion (a row group of groups holds a few rows).
 ROWS_PER_GROUP = 128
 
 DATASETS = ("sft_rows", "preference_pairs", "grpo_groups")
@@ -65,6 +66,7 @@ class AtomicParquetWriter:
         self.path, self.schema = path, schema
         self.rows = 0
         self._pending: list[dict[str, Any]] = []
+        self._pending_weight = 0
         self._temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
         self._writer: pq.ParquetWriter | None = None
 
@@ -75,10 +77,11 @@ class AtomicParquetWriter:
         self._writer = pq.ParquetWriter(self._temp, self.schema, compression="zstd")
         return self
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: dict[str, Any], transcripts: int = 1) -> None:
         self._pending.append(row)
         self.rows += 1
-        if len(self._pending) >= ROWS_PER_GROUP:
+        self._pending_weight += transcripts
+        if self._pending_weight >= ROWS_PER_GROUP:
             self._flush()
 
     def _flush(self) -> None:
@@ -86,7 +89,7 @@ class AtomicParquetWriter:
 
         if self._pending and self._writer is not None:
             self._writer.write_table(pa.Table.from_pylist(self._pending, schema=self.schema))
-            self._pending = []
+            self._pending, self._pending_weight = [], 0
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None

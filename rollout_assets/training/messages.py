@@ -1,4 +1,4 @@
-"""A ledger transcript as training messages: the OpenAI/TRL chat shape, its digest, its prompt.
+"""A ledger transcript as training messages: the OpenAI/TRL chat shape, its prompt, its tokens.
 
 A ledger message is already in the OpenAI chat-with-tools shape
 (docs/line-format.md, Top level); a training message keeps exactly its keys (`role`, `content`, `reasoning_content`,
@@ -8,11 +8,8 @@ A ledger message is already in the OpenAI chat-with-tools shape
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any
-
-import orjson
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 
@@ -35,14 +32,6 @@ def training_message(message: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
-def messages_digest(messages: list[dict[str, Any]]) -> bytes:
-    """The digest of a transcript, normalized (keys sorted, absent keys left out): two lines
-    with the same digest trained the model on the same conversation."""
-    canonical = orjson.dumps([training_message(m) for m in messages], option=orjson.OPT_SORT_KEYS)
-    # Raw bytes, not hex: the scan keeps two digests per ledger line.
-    return hashlib.sha256(canonical).digest()
-
-
 def prompt_length(messages: list[dict[str, Any]]) -> int:
     """How many messages come before the first assistant turn (the prompt both sides share)."""
     for index, message in enumerate(messages):
@@ -51,17 +40,23 @@ def prompt_length(messages: list[dict[str, Any]]) -> int:
     return len(messages)
 
 
+def token_texts(messages: list[dict[str, Any]]) -> list[str]:
+    """The texts a transcript's tokens are counted in: every content, reasoning, tool name and
+    tool arguments."""
+    texts = []
+    for message in messages:
+        for key in ("content", "reasoning_content"):
+            if isinstance(message.get(key), str):
+                texts.append(message[key])
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            texts += [str(function.get("name", "")), str(function.get("arguments", ""))]
+    return texts
+
+
 def estimated_tokens(messages: list[dict[str, Any]]) -> int:
     """A tokenizer-free estimate: UTF-8 bytes of every content, reasoning, tool name and tool
     arguments, divided by 4 and rounded up (about 4 bytes a token for English text and code
     with common BPE vocabularies). An estimate for budgeting, not a count."""
-    size = 0
-    for message in messages:
-        for key in ("content", "reasoning_content"):
-            if isinstance(message.get(key), str):
-                size += len(message[key].encode("utf-8", "surrogatepass"))
-        for call in message.get("tool_calls") or ():
-            function = call.get("function") or {}
-            size += len(str(function.get("name", "")).encode("utf-8", "surrogatepass"))
-            size += len(str(function.get("arguments", "")).encode("utf-8", "surrogatepass"))
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in token_texts(messages))
     return math.ceil(size / 4)

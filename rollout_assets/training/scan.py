@@ -18,7 +18,7 @@ from rollout_assets.errors import RoundError
 from rollout_assets.ledger.io import LedgerReadError, decode_record, parse_valid_line
 from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.filter import TrainingFilter, line_drop_reason
-from rollout_assets.training.messages import messages_digest, prompt_length
+from rollout_assets.training.prepare import scan_transcript
 
 
 class TrainingInputError(RoundError, ValueError):
@@ -34,7 +34,7 @@ class LineKey:
     role: str
     instance_id: str
     reward: float | None
-    reason: str | None  # the filter's line reason, None when trainable
+    reason: str | None  # the filter's line reason (too_long included), None when trainable
     digest: bytes  # of the whole normalized transcript
     prompt_digest: bytes  # of the messages before the first assistant turn
     has_completion: bool  # an assistant turn exists
@@ -70,10 +70,10 @@ def _key(index: int, offset: int, raw: bytes, path: Path, settings: TrainingFilt
         line = parse_valid_line(raw, path, index + 1)
     except LedgerReadError as error:
         raise TrainingInputError(str(error)) from None
-    messages = line["messages"]
-    cut = prompt_length(messages)
+    reason = line_drop_reason(line, settings)
     try:
-        digest, prompt_digest = messages_digest(messages), messages_digest(messages[:cut])
+        # Digests and length of the transcript as the rows hold it (identifiers normalized).
+        transcript = scan_transcript(line, settings, trainable=reason is None)
     except TypeError:  # orjson.JSONEncodeError: a lone UTF-16 surrogate, which UTF-8 cannot carry
         raise TrainingInputError(
             f"{path}:{index + 1}: its transcript holds a lone UTF-16 surrogate, which training files "
@@ -87,8 +87,8 @@ def _key(index: int, offset: int, raw: bytes, path: Path, settings: TrainingFilt
         role=line["role"],
         instance_id=line["task"]["instance_id"],
         reward=line["outcome"]["reward"],
-        reason=line_drop_reason(line, settings),
-        digest=digest,
-        prompt_digest=prompt_digest,
-        has_completion=cut < len(messages),
+        reason="too_long" if reason is None and transcript.too_long else reason,
+        digest=transcript.digest,
+        prompt_digest=transcript.prompt_digest,
+        has_completion=transcript.has_completion,
     )

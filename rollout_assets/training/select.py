@@ -50,10 +50,12 @@ def select_sft(keys: list[LineKey], settings: TrainingFilter) -> Selection:
     return selection
 
 
-def _prompt_buckets(keys: list[LineKey], selection: Selection) -> list[list[LineKey]]:
-    """Trainable lines with a completion, grouped by (role, instance, prompt), in the order of
-    each bucket's first line. A line alone in its bucket while its (role, instance) has other
-    trainable lines is a prompt mismatch; alone in its instance, the caller's reason."""
+def _prompt_buckets(keys: list[LineKey], selection: Selection, group_by: str) -> list[list[LineKey]]:
+    """Trainable lines with a completion, grouped by (role, instance, prompt), or by (role,
+    instance) alone when `group_by` is `instance`, in the order of each bucket's first line. A
+    line alone in its bucket while its (role, instance) has other trainable lines is a prompt
+    mismatch; alone in its instance, the caller's reason."""
+    by_prompt = group_by == "prompt"
     buckets: dict[tuple[str, str, bytes], list[LineKey]] = {}
     per_instance: dict[tuple[str, str], int] = defaultdict(int)
     for key in keys:
@@ -62,7 +64,8 @@ def _prompt_buckets(keys: list[LineKey], selection: Selection) -> list[list[Line
         elif not key.has_completion:
             selection.outcome[key.index] = "no_completion"
         else:
-            buckets.setdefault((key.role, key.instance_id, key.prompt_digest), []).append(key)
+            prompt = key.prompt_digest if by_prompt else b""
+            buckets.setdefault((key.role, key.instance_id, prompt), []).append(key)
             per_instance[(key.role, key.instance_id)] += 1
     ordered = []
     for (role, instance, _), bucket in buckets.items():
@@ -73,10 +76,10 @@ def _prompt_buckets(keys: list[LineKey], selection: Selection) -> list[list[Line
 
 
 def select_pairs(keys: list[LineKey], settings: TrainingFilter) -> Selection:
-    """Per (role, instance, prompt): best against worst, then second best against second
-    worst, while chosen - rejected >= margin. Each line is in at most one pair."""
+    """Per (role, instance, prompt), or (role, instance): best against worst, then second best
+    against second worst, while chosen - rejected >= margin. Each line is in at most one pair."""
     selection = Selection()
-    for bucket in _prompt_buckets(keys, selection):
+    for bucket in _prompt_buckets(keys, selection, settings.group_by):
         ranked = _by_best_reward(bucket)
         best, worst = 0, len(ranked) - 1
         while best < worst and ranked[best].reward - ranked[worst].reward >= settings.margin:
@@ -89,9 +92,10 @@ def select_pairs(keys: list[LineKey], settings: TrainingFilter) -> Selection:
 
 
 def select_groups(keys: list[LineKey], settings: TrainingFilter) -> Selection:
-    """Per (role, instance, prompt) with at least two rewarded lines: one GRPO group."""
+    """Per (role, instance, prompt), or (role, instance), with at least two rewarded lines: one
+    GRPO group."""
     selection = Selection()
-    for bucket in _prompt_buckets(keys, selection):
+    for bucket in _prompt_buckets(keys, selection, settings.group_by):
         if len(bucket) < 2:
             selection.outcome.setdefault(bucket[0].index, "group_too_small")
             continue

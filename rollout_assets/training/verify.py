@@ -20,6 +20,7 @@ import orjson
 
 from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.files import TrainingFiles, parquet_rows
+from rollout_assets.training.recount_identifiers import RowRecount, row_replacements
 
 # A ledger as the checks take it: a path they open, or a snapshot the caller already read from
 # (`rollout-assets export` checks the very bytes its rows were built from).
@@ -100,11 +101,6 @@ def ledger_facts(ledger: Ledger) -> dict[str, LedgerFacts]:
     return facts
 
 
-def _ledger_digest(snapshot: LedgerSnapshot, fact: LedgerFacts) -> str:
-    """The transcript digest of one ledger line, read again (only for lines that are in rows)."""
-    return _canonical(orjson.loads(snapshot.read(fact.offset, fact.length))["messages"])
-
-
 
 def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(rollout_id, the full transcript the row holds for it) for each line in the row."""
@@ -119,12 +115,17 @@ def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[
 
 
 def check_accounting(
-    ledger: Ledger, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+    ledger: Ledger,
+    files: TrainingFiles,
+    dataset: str,
+    facts: dict[str, LedgerFacts] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> TrainingVerdict:
     """Every ledger line has exactly one fate (a row, or a drop reason), kept + dropped =
     lines, the lines in rows are exactly those the accounting keeps, and a per-line drop
-    reason is true of the line."""
+    reason is true of the line (`too_long` by the checks' own count of its normalized transcript)."""
     facts = facts if facts is not None else ledger_facts(ledger)
+    recount = RowRecount(settings if settings is not None else _report_settings(files))
     verdict = TrainingVerdict(True)
     fates: dict[str, str] = {}
     with open(files.accounting(dataset), "rb") as handle:
@@ -144,6 +145,11 @@ def check_accounting(
             verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate} but a row holds it")
         elif fate in _PER_LINE_REASONS and not _reason_holds(fate, fact):
             verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate}, which it is not")
+    too_long = [fact for rollout_id, fact in facts.items() if fates.get(rollout_id) == "too_long"]
+    with _opened(ledger) as snapshot:
+        for fact in too_long:
+            if not recount.too_long(orjson.loads(snapshot.read(fact.offset, fact.length))):
+                verdict.fail(f"ledger line {fact.lineno} is dropped as too_long, which it is not")
     for rollout_id in set(fates) - set(facts):
         verdict.fail(f"the accounting names {rollout_id}, which is not a line of {getattr(ledger, 'path', ledger)}")
     kept = sum(fate == "row" for fate in fates.values())
@@ -166,26 +172,78 @@ def _reason_holds(reason: str, fact: LedgerFacts) -> bool:
 
 
 def check_rows_match_ledger(
-    ledger: Ledger, files: TrainingFiles, dataset: str, facts: dict[str, LedgerFacts] | None = None
+    ledger: Ledger,
+    files: TrainingFiles,
+    dataset: str,
+    facts: dict[str, LedgerFacts] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> TrainingVerdict:
-    """Every row's lines are ledger lines, trainable (not gated, reward not null, no gap), and
-    the row holds exactly their transcript."""
+    """Every row's lines are ledger lines, trainable (not gated, reward not null, no gap), the
+    row holds exactly their transcripts with the identifiers replaced as the checks recount
+    them (recount_identifiers.py), records those replacements and stays within the token
+    limit; a pair or a group joins lines of its role and instance, grouped as the report says."""
+    return _recount_rows(ledger, files, dataset, facts, settings)[0]
+
+
+def check_identifiers_normalized(
+    ledger: Ledger,
+    files: TrainingFiles,
+    dataset: str,
+    facts: dict[str, LedgerFacts] | None = None,
+    settings: dict[str, Any] | None = None,
+) -> TrainingVerdict:
+    """With identifiers normalized, no row names its line's working folder, worker name, run
+    folder or session ids any more, and no tool output names a path under another placeholder
+    than its call does."""
+    return _recount_rows(ledger, files, dataset, facts, settings)[1]
+
+
+def _recount_rows(
+    ledger: Ledger,
+    files: TrainingFiles,
+    dataset: str,
+    facts: dict[str, LedgerFacts] | None,
+    settings: dict[str, Any] | None,
+) -> tuple[TrainingVerdict, TrainingVerdict]:
+    """The verdicts of match_ledger and identifiers_normalized, from one reading of the rows
+    and of each of their ledger lines."""
     facts = facts if facts is not None else ledger_facts(ledger)
-    verdict = TrainingVerdict(True)
-    rows = 0
+    recount = RowRecount(settings if settings is not None else _report_settings(files))
+    matching, normalized = TrainingVerdict(True), TrainingVerdict(True)
+    rows = checked = 0
     with _opened(ledger) as snapshot:
         for number, row in enumerate(parquet_rows(files.parquet(dataset)), start=1):
             rows += 1
-            for rollout_id, messages in _transcripts(dataset, row):
+            lines = []
+            for (rollout_id, messages), replaced in zip(_transcripts(dataset, row), row_replacements(dataset, row)):
                 fact = facts.get(rollout_id)
                 if fact is None:
-                    verdict.fail(f"row {number}: {rollout_id} is not a line of the ledger")
-                elif fact.gated or fact.reward is None or fact.has_gap:
-                    verdict.fail(f"row {number}: ledger line {fact.lineno} is gated, unrewarded or a gap")
-                elif _canonical(messages) != _ledger_digest(snapshot, fact):
-                    verdict.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
-    verdict.counts = {"rows": rows}
-    return verdict
+                    matching.fail(f"row {number}: {rollout_id} is not a line of the ledger")
+                    continue
+                if fact.gated or fact.reward is None or fact.has_gap:
+                    matching.fail(f"row {number}: ledger line {fact.lineno} is gated, unrewarded or a gap")
+                    continue
+                line = orjson.loads(snapshot.read(fact.offset, fact.length))
+                lines.append(line)
+                targets = recount.targets(line)
+                expected, counts = recount.expected(line, targets)
+                if _canonical(messages) != _canonical(expected):
+                    matching.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
+                elif (problem := recount.line_problem(line, counts, replaced, messages)) is not None:
+                    matching.fail(f"row {number}: ledger line {fact.lineno}: {problem}")
+                if recount.normalize:
+                    checked += 1
+                    if (problem := recount.identifier_problem(messages, targets)) is not None:
+                        normalized.fail(f"row {number} ({rollout_id}): {problem}")
+            if (problem := recount.row_problem(dataset, row, lines)) is not None:
+                matching.fail(f"row {number}: {problem}")
+    matching.counts, normalized.counts = {"rows": rows}, {"lines_checked": checked}
+    return matching, normalized
+
+
+def _report_settings(files: TrainingFiles) -> dict[str, Any]:
+    """The settings the rows were built with, as the export's report records them."""
+    return orjson.loads(files.report_json.read_bytes())["filter"]
 
 
 def check_tool_messages(files: TrainingFiles, dataset: str) -> TrainingVerdict:
@@ -235,28 +293,39 @@ def check_pair_margins(
 
 # The checks of one round's training data, by name: what each proves is in docs/checks.md.
 CHECKS = {
-    "sft_rows": ("sft_rows_account_for_every_line", "sft_rows_match_ledger", "sft_rows_tool_messages_answer_calls"),
+    "sft_rows": (
+        "sft_rows_account_for_every_line",
+        "sft_rows_match_ledger",
+        "sft_rows_tool_messages_answer_calls",
+        "sft_rows_identifiers_normalized",
+    ),
     "preference_pairs": (
         "preference_pairs_account_for_every_line",
         "preference_pairs_match_ledger",
         "preference_pairs_tool_messages_answer_calls",
         "preference_pairs_meet_margin",
+        "preference_pairs_identifiers_normalized",
     ),
     "grpo_groups": (
         "grpo_groups_account_for_every_line",
         "grpo_groups_match_ledger",
         "grpo_groups_tool_messages_answer_calls",
+        "grpo_groups_identifiers_normalized",
     ),
 }
 
 
-def verify_training(ledger: Ledger, files: TrainingFiles, margin: float) -> dict[str, TrainingVerdict]:
-    """Every check of a round's training data, the ledger read once for all of them."""
+def verify_training(
+    ledger: Ledger, files: TrainingFiles, margin: float, settings: dict[str, Any] | None = None
+) -> dict[str, TrainingVerdict]:
+    """Every check of a round's training data, the ledger read once for all of them; `settings`
+    are those the rows were built with (the report's `filter`, read from it when not given)."""
     facts = ledger_facts(ledger)
+    settings = settings if settings is not None else _report_settings(files)
     verdicts = {}
     for dataset, names in CHECKS.items():
-        verdicts[names[0]] = check_accounting(ledger, files, dataset, facts)
-        verdicts[names[1]] = check_rows_match_ledger(ledger, files, dataset, facts)
+        verdicts[names[0]] = check_accounting(ledger, files, dataset, facts, settings)
+        verdicts[names[1]], verdicts[names[-1]] = _recount_rows(ledger, files, dataset, facts, settings)
         verdicts[names[2]] = check_tool_messages(files, dataset)
     verdicts["preference_pairs_meet_margin"] = check_pair_margins(ledger, files, margin, facts)
     return verdicts

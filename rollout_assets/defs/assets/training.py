@@ -45,6 +45,14 @@ class TrainingConfig(Config):
     roles: list[str] = Field(default=list(ROLES), description="roles that may become rows")
     per_instance_cap: int = Field(default=3, description="SFT rows per (role, instance), best reward first")
     margin: float = Field(default=0.05, description="least chosen - rejected reward of a pair")
+    normalize_identifiers: bool = Field(
+        default=True, description="replace each line's working folder, worker name, run folder and session ids by placeholders"
+    )
+    group_by: str = Field(default="prompt", description="pairs and groups join lines of one instance by: prompt or instance")
+    max_tokens: int | None = Field(default=None, description="drop lines longer than this as too_long (default: no limit)")
+    tokenizer: str | None = Field(
+        default=None, description="a Hugging Face tokenizer.json that counts the tokens (default: the estimate)"
+    )
 
     def training_filter(self) -> TrainingFilter:
         return TrainingFilter(
@@ -52,6 +60,10 @@ class TrainingConfig(Config):
             roles=tuple(self.roles),
             per_instance_cap=self.per_instance_cap,
             margin=self.margin,
+            normalize_identifiers=self.normalize_identifiers,
+            group_by=self.group_by,
+            max_tokens=self.max_tokens,
+            tokenizer=self.tokenizer,
         )
 
 
