@@ -60,5 +60,10 @@ class RoundOutputs:
         """The folder of the round's training data (docs/training.md)."""
         return self.folder / "training"
 
+    @property
+    def inspect_logs(self) -> Path:
+        """The folder of the round's Inspect eval logs (docs/viewing.md)."""
+        return self.folder / "inspect-logs"
+
     def built_from(self, stage: str) -> Path:
         return self.folder / "stages" / "built-from" / f"{stage}.json"

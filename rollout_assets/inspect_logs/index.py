@@ -1,0 +1,110 @@
+"""The first pass over a ledger: which log each line goes to, and where it lies in the file.
+
+One log per (role, candidate), named `<role>-<candidate>.eval` and listed in the order of
+their first lines, so the list reads like the round (the baseline's supervisors, its workers,
+the next candidate's, ..., the proposers and their sub-agents). Per line the index keeps four
+integers (its number, offset, length and its parent's line), nothing of the transcript: a
+round of 100,000 lines is about 3 MB of index.
+
+A line's parent line is known when the parent is the latest line of its role before it, as
+the ledger orders them: a worker after its supervisor, a sub-agent after its proposer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rollout_assets.errors import RoundError
+from rollout_assets.ledger.io import LedgerReadError, parse_valid_line
+from rollout_assets.ledger.snapshot import LedgerSnapshot
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+NO_PARENT = 0  # line numbers start at 1
+
+
+class InspectLogsInputError(RoundError, ValueError):
+    """A ledger the logs cannot be written from; the message names `file:line`."""
+
+
+@dataclass
+class LogPlan:
+    """The lines of one log, in ledger order."""
+
+    role: str
+    candidate_id: str | None
+    file_name: str
+    lines: array = field(default_factory=lambda: array("q"))
+    offsets: array = field(default_factory=lambda: array("q"))
+    lengths: array = field(default_factory=lambda: array("q"))
+    parents: array = field(default_factory=lambda: array("q"))
+    size: int = 0  # bytes of its lines in the ledger
+
+    def add(self, line: int, offset: int, length: int, parent_line: int) -> None:
+        self.lines.append(line)
+        self.offsets.append(offset)
+        self.lengths.append(length)
+        self.parents.append(parent_line)
+        self.size += length
+
+
+def log_file_name(role: str, candidate_id: str | None) -> str:
+    """`<role>-<candidate>.eval`; a candidate id that is not a plain file name is replaced by
+    `_`s and tagged with a digest of itself, so two ids never share a file."""
+    candidate = "none" if candidate_id is None else candidate_id
+    if not _SAFE_NAME.fullmatch(candidate) or candidate.startswith("."):
+        digest = hashlib.sha256(candidate.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        candidate = f"{re.sub(r'[^A-Za-z0-9._-]', '_', candidate).lstrip('.')[:60]}-{digest}"
+    return f"{role}-{candidate}.eval"
+
+
+def _keys(raw: bytes, snapshot: LedgerSnapshot, line: int) -> dict[str, Any]:
+    """The parsed line, read fast; anything unusual (not JSON for orjson, no final newline, not
+    an object of the line's shape) goes through the strict reader, which names what is wrong."""
+    parsed: Any = None
+    if raw.endswith(b"\n"):
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            parsed = None
+    if (
+        isinstance(parsed, dict)
+        and isinstance(parsed.get("role"), str)
+        and isinstance(parsed.get("rollout_id"), str)
+        and isinstance(parsed.get("candidate_id"), str | None)
+        and isinstance(parsed.get("parent_rollout_id"), str | None)
+    ):
+        return parsed
+    try:
+        return parse_valid_line(raw, snapshot.path, line)
+    except LedgerReadError as error:
+        raise InspectLogsInputError(str(error)) from None
+
+
+def index_ledger(snapshot: LedgerSnapshot) -> list[LogPlan]:
+    """The logs of the ledger and their lines, in order of their first lines."""
+    plans: dict[tuple[str, str | None], LogPlan] = {}
+    taken: set[str] = set()
+    latest_by_role: dict[str, tuple[str, int]] = {}
+    for line, (offset, raw) in enumerate(snapshot.lines(), start=1):
+        parsed = _keys(raw, snapshot, line)
+        role, candidate, parent = parsed["role"], parsed["candidate_id"], parsed["parent_rollout_id"]
+        key = (role, candidate)
+        plan = plans.get(key)
+        if plan is None:
+            name = log_file_name(role, candidate)
+            if name in taken:  # two candidate ids that read alike once cleaned
+                name = log_file_name(role, f"{candidate}\x00{len(plans)}")
+            taken.add(name)
+            plan = plans[key] = LogPlan(role, candidate, name)
+        parent_line = NO_PARENT
+        if parent is not None:
+            parent_line = next((at for rollout, at in latest_by_role.values() if rollout == parent), NO_PARENT)
+        plan.add(line, offset, len(raw), parent_line)
+        latest_by_role[role] = (parsed["rollout_id"], line)
+    return list(plans.values())
