@@ -8,6 +8,8 @@
     rollout-assets materialize [ROUND ...]
     rollout-assets export LEDGER.jsonl OUT_DIR [filter options]
     rollout-assets release LEDGER_ROOT OUT_DIR --license ID [--name NAME] [--round KEY ...] [--config FILE]
+    rollout-assets inspect-logs LEDGER OUT_DIR [--workers N]
+    rollout-assets view LEDGER_OR_ROUND_FOLDER [--port P]
 
 `backfill` keeps the seed's contract: the stats JSON (2-space indent) on stdout, then
 `rollout ledger → OUT (N lines)`. Corrupt evidence exits 1 with one line naming the file
@@ -49,6 +51,7 @@ from rollout_assets.paths import STREAM_KINDS, is_inside, special_file_kind, sql
 from rollout_assets.sources.claude import DEFAULT_CLAUDE_PROJECTS_DIR, unreadable_folder_reason
 from rollout_assets.sources.opencode import DEFAULT_OPENCODE_DB, OpencodeStoreChanged
 from rollout_assets.sources.round import build_manifest, resolve_out_dir
+from rollout_assets.view_cli import add_view_commands, run_inspect_logs, run_view
 
 if TYPE_CHECKING:
     from rollout_assets.backfill.stats import BackfillStats
@@ -119,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         "rounds", nargs="*", metavar="ROUND", help="round names (default: every round found)"
     )
     add_dataset_commands(commands)
+    add_view_commands(commands)
     for command_parser in commands.choices.values():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -397,6 +401,8 @@ _COMMANDS = {
     "materialize": run_materialize,
     "export": run_export,
     "release": run_release,
+    "inspect-logs": run_inspect_logs,
+    "view": run_view,
 }
 
 

@@ -27,25 +27,24 @@ class NothingToView(RoundError, ValueError):
 
 @dataclass(frozen=True)
 class ViewTarget:
-    """The ledgers a path names and the folder the viewer lists (recursively for several rounds)."""
+    """The ledgers a path names and the folder the viewer lists (with its subfolders)."""
 
     ledgers: list[Path]
     log_dir: Path
-    recursive: bool
 
 
 def view_target(path: Path) -> ViewTarget:
     """The ledgers `path` names; NothingToView when it names none."""
     if path.is_file():
-        return ViewTarget([path], logs_folder_for(path), recursive=False)
+        return ViewTarget([path], logs_folder_for(path))
     if path.is_dir():
         round_outputs = RoundOutputs(path)
         if round_outputs.ledger.is_file():
-            return ViewTarget([round_outputs.ledger], round_outputs.inspect_logs, recursive=False)
+            return ViewTarget([round_outputs.ledger], round_outputs.inspect_logs)
         ledger_name = round_outputs.ledger.name
         ledgers = sorted(ledger for ledger in path.glob(f"*/{ledger_name}") if ledger.is_file())
         if ledgers:
-            return ViewTarget(ledgers, path, recursive=True)
+            return ViewTarget(ledgers, path)
         raise NothingToView(
             f"{path} holds no ledger: give a ledger file, a round's folder (holding {ledger_name}) or a folder "
             "of round folders"
@@ -53,10 +52,10 @@ def view_target(path: Path) -> ViewTarget:
     raise NothingToView(f"{path} does not exist: give a ledger file, a round's folder or a folder of round folders")
 
 
-def view_command(log_dir: Path, port: int = DEFAULT_PORT, *, recursive: bool = False) -> list[str]:
-    """`inspect view` on `log_dir`, run by this interpreter (so by the Inspect installed with it)."""
-    command = [sys.executable, "-m", "inspect_ai", "view", "--log-dir", str(log_dir), "--host", HOST, "--port", str(port)]
-    return command + (["--recursive"] if recursive else [])
+def view_command(log_dir: Path, port: int = DEFAULT_PORT) -> list[str]:
+    """`inspect view` on `log_dir` (which it lists with its subfolders), run by this interpreter,
+    so by the Inspect installed with it."""
+    return [sys.executable, "-m", "inspect_ai", "view", "--log-dir", str(log_dir), "--host", HOST, "--port", str(port)]
 
 
 def shown_view_command(path: Path) -> str:
