@@ -31,7 +31,9 @@ And, for the usage proofs, the spend its assistant messages record (docs/input-f
 every assistant message, sent or not, with or without parts): `cost`, `tokens.input`,
 `tokens.output`, `tokens.reasoning`, `tokens.cache.read` and `tokens.cache.write`, each summed
 over the messages that record it as a number, with the sum of their absolute values
-(audit/usage.py compares a sum holding a float within the rounding that bounds).
+(audit/usage.py compares a sum holding a float within the rounding that bounds). Only for the
+sessions whose row records no spend (store_counts.py, `unmeasured`): a worker line takes its
+messages' spend only then.
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def _wanted(sessions: Sessions) -> str:
     return f"(SELECT session_id FROM claims.claimed{where})"
 
 
+# A message row: its session, id and data, and whether its session's spend is summed from its
+# messages (its row records none).
+_MESSAGE = "SELECT session_id, id, data, session_id IN (SELECT session_id FROM claims.unmeasured) FROM message"
+
+
 def _queries(span: Span, sessions: Sessions) -> tuple[str, ...]:
     """The SQL of the message rows (those with a NULL id first, when the span reads them apart)
     and of the part rows of `span`'s wanted sessions."""
@@ -84,13 +91,13 @@ def _queries(span: Span, sessions: Sessions) -> tuple[str, ...]:
     parts = "SELECT message_id, data FROM part WHERE message_id IN (SELECT id FROM message WHERE {}) ORDER BY message_id, id"
     if span is None:
         where = f"session_id IN {wanted}"
-        return (f"SELECT session_id, id, data FROM message WHERE {where} ORDER BY id", parts.format(where))
+        return (f"{_MESSAGE} WHERE {where} ORDER BY id", parts.format(where))
     lower, upper = span
     bounds = f"id >= {_NTH_ID.format('lower')} AND " if lower is not None else ""
     bounds += f"id < {_NTH_ID.format('upper')} AND " if upper is not None else ""
-    messages = f"SELECT session_id, id, data FROM message WHERE {bounds}+session_id IN {wanted} ORDER BY id"
+    messages = f"{_MESSAGE} WHERE {bounds}+session_id IN {wanted} ORDER BY id"
     if lower is None and upper is not None:
-        nulls = f"SELECT session_id, id, data FROM message WHERE id IS NULL AND +session_id IN {wanted}"
+        nulls = f"{_MESSAGE} WHERE id IS NULL AND +session_id IN {wanted}"
         return (nulls, messages, parts.format(f"{bounds}+session_id IN {wanted}"))
     return (messages, parts.format(f"{bounds}+session_id IN {wanted}"))
 
@@ -128,27 +135,32 @@ def _object(data: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+_NONE: dict[str, Any] = {}
+_NUMBER = (int, float)  # a JSON number's types: a bool is none
+
+
 def _add_spend(message: dict[str, Any], tally: Tally) -> None:
     """The spend an assistant message records, added to its session's tally."""
     tokens = message.get("tokens")
-    tokens = tokens if type(tokens) is dict else {}
+    if type(tokens) is not dict:
+        tokens = _NONE
     cache = tokens.get("cache")
-    cache = cache if type(cache) is dict else {}
-    values = (
+    if type(cache) is not dict:
+        cache = _NONE
+    at = SPENT
+    for value in (
         message.get("cost"),
         tokens.get("input"),
         tokens.get("output"),
         tokens.get("reasoning"),
         cache.get("read"),
         cache.get("write"),
-    )
-    for offset, value in enumerate(values):
-        kind = type(value)
-        if kind is int or kind is float:  # a JSON number; a bool is none
-            at = SPENT + 2 * offset
+    ):
+        if type(value) in _NUMBER:
             total = tally[at]
             tally[at] = value if total is None else total + value
             tally[at + 1] += abs(value)
+        at += 2
 
 
 def _error_set(error: Any) -> bool:
@@ -175,8 +187,9 @@ def _system(system: Any) -> bool:
 _SKIP, _USER, _ASSISTANT, _ERRORED, _ABORTED = range(5)
 
 
-def _message(data: Any, tally: Tally) -> int:
-    """How the parts of the message row `data` are counted; notes a system prompt on `tally`."""
+def _message(data: Any, tally: Tally, unmeasured: int) -> int:
+    """How the parts of the message row `data` are counted; notes a system prompt on `tally`,
+    and the message's spend when its session's row records none (`unmeasured`)."""
     message = _object(data)
     if message is None:
         return _SKIP
@@ -187,7 +200,8 @@ def _message(data: Any, tally: Tally) -> int:
         return _SKIP
     if not tally[SYSTEM] and _system(message.get("system")):
         tally[SYSTEM] = True
-    _add_spend(message, tally)
+    if unmeasured:
+        _add_spend(message, tally)
     error = message.get("error")
     if not _error_set(error):
         return _ASSISTANT
@@ -200,12 +214,12 @@ def _read_to(
     """Tallies the message rows up to the one of `message_id` (messages without parts are passed
     over); (the tally of its session, how its parts are counted), (None, _SKIP) when the rows
     end first or its parts are not counted."""
-    for session_id, candidate_id, data in messages:
+    for session_id, candidate_id, data, unmeasured in messages:
         tally = sessions.get(session_id)
         if tally is None:
             tally = sessions[session_id] = new_tally()
         tally[ROWS] += 1
-        how = _message(data, tally)
+        how = _message(data, tally, unmeasured)
         if candidate_id == message_id:
             return (None if how == _SKIP else tally), how
     return None, _SKIP

@@ -66,6 +66,10 @@ _SESSION_SPEND = (
     "cost", "tokens_input", "tokens_output", "tokens_reasoning", "tokens_cache_read", "tokens_cache_write"
 )
 _SPEND_ROWS = f"CREATE TABLE IF NOT EXISTS spend (session_id PRIMARY KEY, {', '.join(SPEND)}) WITHOUT ROWID"
+# The claimed sessions whose row records no spend (no row, or every column null or 0): only
+# theirs is summed from their messages (session_counts.py).
+_UNMEASURED = "CREATE TABLE IF NOT EXISTS unmeasured (session_id PRIMARY KEY) WITHOUT ROWID"
+_DOUBLE_MAX = "1.7976931348623157e308"
 
 # Below this many sessions a second process costs more than it saves.
 _PARALLEL_MIN_SESSIONS = 2_000
@@ -134,6 +138,7 @@ class ClaimedSessions:
         self._connection.execute(_COUNTED)
         self._connection.execute(_LINES)
         self._connection.execute(_SPEND_ROWS)
+        self._connection.execute(_UNMEASURED)
         self._finalizer = weakref.finalize(self, close_scratch, self._connection, self.folder)
 
     def claim_lines(self, lines: Iterable[tuple[int, str]]) -> None:
@@ -156,25 +161,33 @@ class ClaimedSessions:
         if reading.copy is None:
             return reading.why or "the audit kept no copy of the store"
         try:
-            self._count(reading.copy.path)
             self._copy_spend(reading.copy.path)
+            self._count(reading.copy.path)
         except sqlite3.Error as error:
             return str(error)
         return None
 
     def _copy_spend(self, copy_path: Path) -> None:
         """The spend columns of the claimed sessions' rows of the session table, found by its
-        primary key."""
+        primary key, each a finite number or NULL; then the sessions whose row records none."""
         self._connection.execute("ATTACH DATABASE ? AS store", (os.fsdecode(copy_path),))
         try:
             present = {row[1] for row in self._connection.execute("PRAGMA store.table_info(session)")}
             values = ", ".join(
-                f"CASE WHEN typeof({name}) IN ('integer', 'real') THEN {name} END" if name in present else "NULL"
+                f"CASE WHEN typeof({name}) IN ('integer', 'real') AND abs({name}) <= {_DOUBLE_MAX}"
+                f" THEN {name} END"
+                if name in present
+                else "NULL"
                 for name in _SESSION_SPEND
             )
             self._connection.execute(
                 f"INSERT OR IGNORE INTO spend SELECT id, {values} FROM store.session"
                 " WHERE id IN (SELECT session_id FROM claimed)"
+            )
+            measured = " OR ".join(f"{name} != 0" for name in SPEND)
+            self._connection.execute(
+                "INSERT INTO unmeasured SELECT session_id FROM claimed"
+                f" EXCEPT SELECT session_id FROM spend WHERE {measured}"
             )
         finally:
             self._connection.execute("DETACH DATABASE store")
