@@ -15,6 +15,7 @@ from dagster import Definitions, EnvVar, in_process_executor
 from rollout_assets.defs.assets import EXTERNAL_INPUTS, ROUND_ASSETS
 from rollout_assets.defs.assets.release import dataset_release
 from rollout_assets.defs.assets.training import TRAINING_ASSETS
+from rollout_assets.defs.assets.viewing import inspect_logs
 from rollout_assets.defs.checks import ROUND_CHECKS
 from rollout_assets.defs.jobs import materialize_round, materialize_summary
 from rollout_assets.defs.resources import (
@@ -69,7 +70,7 @@ def build_resources() -> dict[str, object]:
 executor = in_process_executor
 
 defs = Definitions(
-    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, *TRAINING_ASSETS, dataset_release, rounds_summary],
+    assets=[*EXTERNAL_INPUTS, *ROUND_ASSETS, *TRAINING_ASSETS, inspect_logs, dataset_release, rounds_summary],
     asset_checks=[*ROUND_CHECKS, *TRAINING_CHECKS, *RELEASE_ASSET_CHECKS],
     jobs=[materialize_round, materialize_summary],
     sensors=[round_dirs_sensor, rounds_summary_automation],

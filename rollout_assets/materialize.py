@@ -36,6 +36,7 @@ from rollout_assets.defs.instance import RUNNING_STATUSES, round_run
 from rollout_assets.defs.partitions import ROUNDS_PARTITIONS_NAME, SUMMARY_FILE_NAME
 from rollout_assets.defs.resources import LedgerRoot, RoundsRoot, list_round_dirs
 from rollout_assets.sources.fingerprint import INPUT_FINGERPRINT_TAG, input_digest
+from rollout_assets.stages.layout import RoundOutputs
 
 # The runs' events stay in the instance (and the UI). The terminal gets what `_report_round`
 # prints from them: one sentence per failure and the warnings the steps logged, not Dagster's
@@ -179,6 +180,7 @@ def _report_round(result: Any, key: str, ledger_root: LedgerRoot, instance: Dags
     if result.success:
         print(f"  ledger: {outputs.ledger}")
         _print_training_rows(outputs.training)
+        _print_inspect_logs(outputs)
     elif ledger_written and checks_failed:
         print(f"  ledger: {outputs.ledger} (written, but it FAILED a blocking check above: do not use it)")
     elif ledger_written:
@@ -195,6 +197,18 @@ def _print_training_rows(folder: Path) -> None:
     report, _ = read_report(folder)
     rows = ", ".join(f"{name} {dataset['rows']}" for name, dataset in report["datasets"].items())
     print(f"  training rows: {rows} → {folder}")
+
+
+def _print_inspect_logs(outputs: RoundOutputs) -> None:
+    """The samples of the round's Inspect logs, as their record gives them (docs/viewing.md)."""
+    from rollout_assets.inspect_logs.folder import read_record
+    from rollout_assets.inspect_logs.viewer import shown_view_command
+
+    record = read_record(outputs.inspect_logs)
+    if record is not None:
+        samples = sum(log["samples"] for log in record.logs)
+        print(f"  Inspect logs: {samples} samples in {len(record.logs)} logs → {outputs.inspect_logs}")
+        print(f"  transcripts: {shown_view_command(outputs.folder)}")
 
 
 class _Interrupted(Exception):

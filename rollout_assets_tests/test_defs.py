@@ -124,6 +124,19 @@ def test_group_sources_holds_exactly_the_three_external_inputs(specs: dict) -> N
     assert {key for key, spec in specs.items() if spec.group_name == "sources"} == set(EXTERNAL_INPUTS)
 
 
+def test_group_inspect_holds_the_inspect_logs_of_a_round_downstream_of_its_ledger(specs: dict) -> None:
+    spec = specs["inspect_logs"]
+
+    assert {key for key, spec in specs.items() if spec.group_name == "inspect"} == {"inspect_logs"}
+    assert (spec.kinds, spec.owners, spec.description) == (
+        {"python", "inspect"},
+        OWNERS,
+        "Every line of one round's ledger as an Inspect sample, one eval log per role and candidate.",
+    )
+    assert spec.partitions_def == ROUNDS
+    assert {dep.asset_key.to_user_string() for dep in spec.deps} == {"rollout_ledger"}
+
+
 @pytest.mark.parametrize("key", sorted(ROUND_ASSETS))
 def test_round_asset_is_described_owned_and_partitioned_by_round(specs: dict, key: str) -> None:
     kinds, description = ROUND_ASSETS[key]
@@ -173,12 +186,14 @@ def test_rounds_partitions_are_one_dynamic_definition_named_rounds() -> None:
 TRAINING_ASSETS = {"sft_rows", "preference_pairs", "grpo_groups", "training_report"}
 
 
-def test_materialize_round_job_selects_the_rounds_and_training_groups_and_their_checks(defs: Definitions) -> None:
+def test_materialize_round_job_selects_the_rounds_training_and_inspect_groups_and_their_checks(defs: Definitions) -> None:
     from rollout_assets.training.verify import CHECKS as TRAINING_CHECKS
 
     job = defs.resolve_job_def("materialize_round")
 
-    assert {key.to_user_string() for key in job.asset_layer.executable_asset_keys} == set(ROUND_ASSETS) | TRAINING_ASSETS
+    assert {key.to_user_string() for key in job.asset_layer.executable_asset_keys} == (
+        set(ROUND_ASSETS) | TRAINING_ASSETS | {"inspect_logs"}
+    )
     assert job.partitions_def == ROUNDS
     check_steps = {f"{asset}_{name}" for name, (asset, _) in CHECKS.items()}
     check_steps |= {f"{dataset}_{name}" for dataset, names in TRAINING_CHECKS.items() for name in names}
@@ -552,6 +567,14 @@ def test_the_definitions_import_neither_pandas_nor_pyarrow_nor_the_secret_scanne
     """Every Dagster process of the project imports the definitions; pandas and pyarrow alone
     would add ~120 MiB to each, and only the summary, training and release steps use them."""
     code = "import sys, rollout_assets.definitions\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'pyarrow', 'detect_secrets'}))"
+    completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert completed.stdout.strip() == "[]"
+
+
+def test_the_definitions_do_not_import_inspect() -> None:
+    """The code location loads the definitions for every run; inspect_ai (about a second and
+    50 MB) is imported by the inspect_logs step alone, when it runs."""
+    code = "import sys, rollout_assets.definitions\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'inspect_ai', 'zstandard'}))"
     completed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert completed.stdout.strip() == "[]"
 

@@ -11,6 +11,7 @@ SOURCES_GROUP = "sources"
 SUMMARY_GROUP = "summary"
 TRAINING_GROUP = "training"
 RELEASE_GROUP = "release"
+INSPECT_GROUP = "inspect"
 OWNERS = ["team:rollouts"]
 
 ROUND_OUTDIR = AssetKey("round_outdir")
