@@ -14,3 +14,4 @@ echo
 .venv/bin/rollout-assets release "$ROLLOUT_LEDGER_ROOT" "$PWD/demo/releases" --license cc-by-4.0 --name demo-dataset
 echo
 echo "Open the UI on these materializations: bash scripts/ui.sh   (then http://127.0.0.1:3000)"
+echo "Read every transcript of these rounds in Inspect's log viewer: bash scripts/view.sh   (then http://127.0.0.1:7575)"
