@@ -120,19 +120,27 @@ def _report_verdicts(verdicts: dict[str, Any]) -> int:
     return 1 if failed else 0
 
 
-def _round_inputs(ledger_root: Path, keys: list[str] | None, scratch: Path) -> list[Any]:
-    from rollout_assets.release import ReleaseError, RoundInput
-    from rollout_assets.training import export_training
+def _ledgers(ledger_root: Path, keys: list[str] | None) -> list[Path]:
+    """The ledgers of the rounds asked for (every round folder of the root that has one). One that
+    is there but no regular file (a FIFO) is kept, for the export to refuse in one sentence."""
+    from rollout_assets.release import ReleaseError
 
     if keys:
         ledgers = [ledger_root / key / LEDGER_FILE for key in keys]
         for ledger in ledgers:
-            if not ledger.is_file():
+            if not os.path.lexists(ledger):
                 raise ReleaseError(f"round {ledger.parent.name}: {ledger} does not exist")
-    else:
-        ledgers = sorted(path for path in ledger_root.glob(f"*/{LEDGER_FILE}") if path.is_file())
-        if not ledgers:
-            raise ReleaseError(f"{ledger_root}: no <round>/{LEDGER_FILE} in it")
+        return ledgers
+    ledgers = sorted(path for path in ledger_root.glob(f"*/{LEDGER_FILE}") if os.path.lexists(path))
+    if not ledgers:
+        raise ReleaseError(f"{ledger_root}: no <round>/{LEDGER_FILE} in it")
+    return ledgers
+
+
+def _round_inputs(ledgers: list[Path], scratch: Path) -> list[Any]:
+    from rollout_assets.release import RoundInput
+    from rollout_assets.training import export_training
+
     inputs = []
     for ledger in ledgers:
         key = ledger.parent.name
@@ -145,7 +153,10 @@ def run_release(args: argparse.Namespace) -> int:
     from rollout_assets.release import ReleaseConfig, build_release, load_config_file
     from rollout_assets.release.allowlist import read_allowlist
     from rollout_assets.release.config import MissingLicense
+    from rollout_assets.release.target import refuse_among_ledgers, refuse_unless_replaceable
 
+    if (status := _bad_round_names(args, args.rounds or [])) is not None:
+        return status
     overrides = {"license": args.license, "name": args.name}
     try:
         if args.config is not None:
@@ -158,10 +169,18 @@ def run_release(args: argparse.Namespace) -> int:
         args.command_parser.print_usage(sys.stderr)
         print(f"rollout-assets: error: {error}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="rollout-release-") as scratch:
-        rounds = _round_inputs(Path(args.ledger_root), args.rounds, Path(scratch))
-        release = Path(args.out_dir) / config.name
-        manifest = build_release(rounds, release, config, verify=True)
+    ledger_root, release = Path(args.ledger_root), Path(args.out_dir) / config.name
+    ledgers = _ledgers(ledger_root, args.rounds)
+    # Before any work; build_release asks again under the release's lock, just before the swap.
+    refuse_among_ledgers(release, ledger_root, [ledger.parent for ledger in ledgers])
+    refuse_unless_replaceable(release)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollout-release-") as scratch:
+            manifest = build_release(_round_inputs(ledgers, Path(scratch)), release, config, verify=True)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        return _not_written(f"release {release}", error)
     for kind, splits in manifest["rows"].items():
         print(f"{kind}: train {splits['train']}, test {splits['test']}")
     scrubbed = ", ".join(f"{rule} {count}" for rule, count in manifest["scrubbed"].items()) or "nothing"

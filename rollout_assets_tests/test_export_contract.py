@@ -397,7 +397,8 @@ def test_permission_errors_are_one_sentence(world_readable_tmp: Path) -> None:
 
 def test_ctrl_c_during_an_export_leaves_the_earlier_files(tmp_path: Path) -> None:
     small = write_round(tmp_path / "ledgers", "round-001", count=2, tag="small")
-    big = write_round(tmp_path / "ledgers", "round-002", count=3000, tag="big", pad=3000)
+    # After the SFT rows come the pairs and groups of 400 instances: time for Ctrl-C to land.
+    big = write_round(tmp_path / "ledgers", "round-002", count=800, tag="big", pad=3000, pairs=400)
     out = tmp_path / "exports" / "out"
     export_training(small, out, "round-001")
     before = tree(out)

@@ -1,17 +1,13 @@
 """Building a release from the training rows of several rounds.
 
 Rows are read round by round in batches, written once (an exact duplicate of an earlier
-round's row is skipped), scrubbed, and sent to train or test by their instance. The release is
-written into a temporary folder beside its final place and swapped in whole, so a failed build
-leaves an earlier release as it was. docs/release.md describes the layout.
+round's row is skipped), scrubbed, and sent to train or test by their instance, into a fresh
+folder that release.py swaps in whole. docs/release.md describes the layout.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +16,7 @@ from typing import Any
 import orjson
 
 from rollout_assets.release.config import ReleaseConfig, ReleaseError
+from rollout_assets.release.data_files import staged_data_file
 from rollout_assets.release.scrub import Scrubber
 from rollout_assets.release.split import split_of
 from rollout_assets.training.arrow import schemas
@@ -29,10 +26,6 @@ from rollout_assets.training.files import AtomicParquetWriter, TrainingFiles, pa
 # The release's kind of data, and the training dataset it is built from.
 KINDS = {"sft": "sft_rows", "preference_pairs": "preference_pairs", "grpo_groups": "grpo_groups"}
 SPLITS = ("train", "test")
-
-
-def data_file(release: Path, kind: str, split: str) -> Path:
-    return release / "data" / kind / f"{split}-00000-of-00001.parquet"
 
 
 @dataclass(frozen=True)
@@ -70,8 +63,8 @@ def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseCo
         schema = schemas()[dataset]
         seen: set[bytes] = set()
         with (
-            AtomicParquetWriter(data_file(folder, kind, "train"), schema) as train,
-            AtomicParquetWriter(data_file(folder, kind, "test"), schema) as test,
+            AtomicParquetWriter(staged_data_file(folder, kind, "train"), schema) as train,
+            AtomicParquetWriter(staged_data_file(folder, kind, "test"), schema) as test,
         ):
             writers = {"train": train, "test": test}
             for round_input in rounds:
@@ -96,21 +89,3 @@ def write_release_data(rounds: list[RoundInput], folder: Path, config: ReleaseCo
     counts.scrubbed = scrubber.counts
     counts.allowed_kept = Counter({digest: scrubber.allowed_kept[digest] for digest in config.allowed})
     return counts
-
-
-def swap_in(built: Path, release: Path) -> None:
-    """Put the folder `built` at `release`, replacing an earlier release only once complete."""
-    old = None
-    if release.exists():
-        old = release.with_name(f".{release.name}.old-{secrets.token_hex(4)}")
-        os.replace(release, old)
-    os.replace(built, release)
-    if old is not None:
-        shutil.rmtree(old)
-
-
-def temporary_folder(release: Path) -> Path:
-    release.parent.mkdir(parents=True, exist_ok=True)
-    folder = release.with_name(f".{release.name}.build-{secrets.token_hex(4)}")
-    folder.mkdir()
-    return folder

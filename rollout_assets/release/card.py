@@ -3,9 +3,11 @@ release: every number in them comes from the files written or the rounds' own re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rollout_assets.release.build import KINDS, SPLITS
+from rollout_assets.release.data_files import split_of_file
 
 REWARD_MEANING = {
     "supervisor": "the cell's official judge verdict (composite score, else 1/0 resolved)",
@@ -30,12 +32,17 @@ def rows_table(manifest: dict[str, Any]) -> list[str]:
 
 
 def _yaml_header(manifest: dict[str, Any]) -> list[str]:
-    lines = ["---", f"license: {manifest['license']}", f"pretty_name: {manifest['name']}", "configs:"]
+    """License, name and one config per kind with rows, naming each data file exactly (its name
+    carries its digest, so a rebuilt release is never read from a stale `datasets` cache; a
+    split without rows has no file, a kind without rows no config)."""
+    configs = []
     for kind in KINDS:
-        lines += [f"- config_name: {kind}", "  data_files:"]
-        for split in SPLITS:
-            lines += [f"  - split: {split}", f"    path: data/{kind}/{split}-*.parquet"]
-    return [*lines, "---"]
+        files = [(split_of_file(Path(name))[1], name) for name in manifest["files"] if Path(name).parent.name == kind]
+        if files:
+            configs += [f"- config_name: {kind}", "  data_files:"]
+            configs += [line for split, name in files for line in (f"  - split: {split}", f"    path: {name}")]
+    lines = ["---", f"license: {manifest['license']}", f"pretty_name: {manifest['name']}"]
+    return [*lines, *(["configs:", *configs] if configs else []), "---"]
 
 
 def dataset_card(manifest: dict[str, Any]) -> str:

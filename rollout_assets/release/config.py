@@ -33,6 +33,7 @@ class ReleaseConfig:
     allowed: frozenset[str] = field(default=frozenset())  # finding hashes a person checked (allowlist.py)
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if not self.license or not self.license.strip():
             raise MissingLicense("a release needs a license (an SPDX id such as cc-by-4.0 or apache-2.0): none was given")
         if not _NAME.match(self.name):
@@ -53,6 +54,37 @@ class ReleaseConfig:
         }
 
 
+def _json_kind(value: Any) -> str:
+    """What a value is, in JSON's words (a config file's values are JSON)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+def _check_types(config: ReleaseConfig) -> None:
+    """ReleaseError naming the setting when a value has the wrong type (`"test_fraction": "0.1"`,
+    a string of host names, whose characters would each be scrubbed)."""
+    for key in ("license", "name", "split_unit"):
+        value = getattr(config, key)
+        if not isinstance(value, str) and not (key == "license" and value is None):
+            raise ReleaseError(f"release setting {key}: a string, not {_json_kind(value)} ({value!r})")
+    fraction = config.test_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise ReleaseError(f"release setting test_fraction: a number, not {_json_kind(fraction)} ({fraction!r})")
+    names = config.host_names
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        what = _json_kind(names) if not isinstance(names, (list, tuple)) else "a list holding something else"
+        raise ReleaseError(f"release setting host_names: a list of host names (strings), not {what} ({names!r})")
+
+
 def load_config_file(path: Path, **overrides: Any) -> ReleaseConfig:
     """A JSON file of ReleaseConfig's keys; values given on the command line win."""
     try:
@@ -65,6 +97,6 @@ def load_config_file(path: Path, **overrides: Any) -> ReleaseConfig:
     if unknown:
         raise ReleaseError(f"{path}: unknown key(s) {', '.join(unknown)}")
     values.update({key: value for key, value in overrides.items() if value is not None})
-    if "host_names" in values:
+    if isinstance(values.get("host_names"), list):  # anything else is refused by ReleaseConfig
         values["host_names"] = tuple(values["host_names"])
     return ReleaseConfig(**values)

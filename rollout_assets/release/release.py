@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
+from rollout_assets.folder_swap import built_in_place
 from rollout_assets.release.build import (
     KINDS,
     SPLITS,
     ReleaseCounts,
     RoundInput,
-    data_file,
-    swap_in,
-    temporary_folder,
     write_release_data,
 )
 from rollout_assets.release.card import dataset_card
 from rollout_assets.release.config import ReleaseConfig, ReleaseError
+from rollout_assets.release.data_files import name_by_content
+from rollout_assets.release.target import RELEASE_FORMAT, refuse_among_ledgers, refuse_unless_replaceable
 
 
 def _sha256(path: Path) -> str:
@@ -46,7 +45,11 @@ def _round_facts(round_input: RoundInput) -> tuple[dict[str, Any], dict[str, Any
     stats = _json(stats_path) if stats_path.is_file() else {}
     cost = sum(entry.get("usd") or 0 for entry in (stats.get("costUsdByRole") or {}).values())
     lines = next(iter(report["datasets"].values()))["lines"]
-    return {"round": round_input.key, "ledger_sha256": _sha256(round_input.ledger), "lines": lines}, report, cost
+    # The digest of the bytes the rows were read from, as the export recorded it (the ledger may
+    # have been rebuilt since); a report written before exports recorded it: the file's.
+    recorded = (report.get("ledger") or {}).get("sha256")
+    ledger_sha256 = "sha256:" + recorded if recorded else _sha256(round_input.ledger)
+    return {"round": round_input.key, "ledger_sha256": ledger_sha256, "lines": lines}, report, cost
 
 
 def _manifest(rounds: list[RoundInput], config: ReleaseConfig, counts: ReleaseCounts, folder: Path) -> dict[str, Any]:
@@ -65,9 +68,10 @@ def _manifest(rounds: list[RoundInput], config: ReleaseConfig, counts: ReleaseCo
     files = {}
     for kind in KINDS:
         for split in SPLITS:
-            path = data_file(folder, kind, split)
-            files[str(path.relative_to(folder))] = {"rows": counts.rows[kind][split], "sha256": _sha256(path)}
+            for path in sorted((folder / "data" / kind).glob(f"{split}-*.parquet")):  # none without rows
+                files[str(path.relative_to(folder))] = {"rows": counts.rows[kind][split], "sha256": _sha256(path)}
     return {
+        "format": RELEASE_FORMAT,
         "name": config.name,
         "license": config.license,
         "config": config.to_json(),
@@ -88,15 +92,22 @@ def _manifest(rounds: list[RoundInput], config: ReleaseConfig, counts: ReleaseCo
 def build_release(
     rounds: list[RoundInput], release: Path, config: ReleaseConfig, verify: bool = False
 ) -> dict[str, Any]:
-    """Build the release of `rounds` at `release` (a folder, replaced whole) and return its
-    manifest. With `verify`, the release checks run on the built folder first, and a release
+    """Build the release of `rounds` at `release` (a folder, replaced whole, and only when it is
+    an earlier release: anything else there is refused, as is a place in a round's folder) and
+    return its manifest. With `verify`, the release checks run on the built folder first, and a release
     that fails one is not put in place (ReleaseCheckFailed says which and why)."""
     if not rounds:
         raise ReleaseError("a release needs at least one round")
-    folder = temporary_folder(release)
-    try:
+    round_folders = [round_input.ledger.parent for round_input in rounds]
+
+    def refuse(place: Path) -> None:
+        refuse_among_ledgers(place, None, round_folders)
+        refuse_unless_replaceable(place)
+
+    with built_in_place(release, refuse) as folder:
         ordered = sorted(rounds, key=lambda r: r.key)
         counts = write_release_data(ordered, folder, config)
+        name_by_content(folder, counts.rows)
         manifest = _manifest(ordered, config, counts, folder)
         scrub_report = {
             "replacements": manifest["scrubbed"],
@@ -108,10 +119,6 @@ def build_release(
         (folder / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
         if verify:
             _verify(folder, release)
-        swap_in(folder, release)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
     return manifest
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollout_assets.release.card import rows_table
+from rollout_assets.release.data_files import content_name
 from rollout_assets.release.scan import Finding, scan_release
 from rollout_assets.release.split import split_key
 
@@ -65,7 +66,8 @@ def check_no_secrets(release: Path) -> ReleaseVerdict:
 
 
 def check_card_matches_files(release: Path) -> ReleaseVerdict:
-    """The manifest's rows and digests are the files', and the card states the same rows."""
+    """The manifest's rows and digests are the files', each file is named by its digest and holds
+    rows, the card's configs name every file, and the card states the same rows."""
     import pyarrow.parquet as pq
 
     manifest = json.loads((release / "manifest.json").read_text())
@@ -81,8 +83,15 @@ def check_card_matches_files(release: Path) -> ReleaseVerdict:
         kind, split = path.parent.name, path.name.split("-", 1)[0]
         if rows != recorded[name]["rows"] or rows != manifest["rows"][kind][split]:
             verdict.fail(f"{name}: {rows} rows, the manifest says {recorded[name]['rows']}")
-        if "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() != recorded[name]["sha256"]:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if "sha256:" + digest != recorded[name]["sha256"]:
             verdict.fail(f"{name}: its sha256 is not the manifest's")
+        if path.name != content_name(split, digest):
+            verdict.fail(f"{name}: its name does not carry its digest, so a `datasets` cache could serve stale rows")
+        if rows == 0:
+            verdict.fail(f"{name}: holds no rows, and `datasets` cannot load an empty split")
+        if f"    path: {name}\n" not in card:
+            verdict.fail(f"README.md's configs do not name {name}")
     for line in rows_table(manifest):
         if line not in card:
             verdict.fail(f"README.md does not state `{line}`")

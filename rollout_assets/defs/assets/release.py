@@ -22,21 +22,23 @@ from rollout_assets.defs.instance import blocking_checks, ledger_checks, round_p
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.release import ReleaseConfig, RoundInput, build_release
 from rollout_assets.release.allowlist import read_allowlist
+from rollout_assets.release.target import RELEASES_FOLDER
 from rollout_assets.training.files import TrainingFiles
 from rollout_assets.training.verify import CHECKS
 
-RELEASES_FOLDER = "releases"
-
 
 class ReleaseAssetConfig(Config):
-    """What to release and how (docs/release.md, What it takes)."""
+    """What to release and how (docs/release.md, What it takes). Strict: a value of another type
+    (`test_fraction: "0.1"`, a string of host names) is refused, never converted."""
 
-    license: str = Field(description="the dataset's license, an SPDX id; required")
-    name: str = Field(default="rollout-dataset", description="the release's folder name")
-    rounds: list[str] = Field(default=[], description="rounds to include (default: every round whose checks passed)")
-    split_unit: str = Field(default="instance", description="instance or repository")
-    test_fraction: float = Field(default=0.1, description="share of split keys in the test split")
-    host_names: list[str] = Field(default=[], description="host names to replace with <HOST>")
+    license: str = Field(description="the dataset's license, an SPDX id; required", strict=True)
+    name: str = Field(default="rollout-dataset", description="the release's folder name", strict=True)
+    rounds: list[str] = Field(
+        default=[], description="rounds to include (default: every round whose checks passed)", strict=True
+    )
+    split_unit: str = Field(default="instance", description="instance or repository", strict=True)
+    test_fraction: float = Field(default=0.1, description="share of split keys in the test split", strict=True)
+    host_names: list[str] = Field(default=[], description="host names to replace with <HOST>", strict=True)
     allow_file: str = Field(
         default="", description="a file of finding hashes a person checked and allows, one a line (none by default)"
     )
