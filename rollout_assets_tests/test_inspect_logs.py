@@ -245,6 +245,28 @@ def _iso(captured_at: str) -> str:
     return datetime.fromisoformat(captured_at).isoformat()
 
 
+def test_a_ledger_written_in_another_key_order_gives_the_same_samples(
+    ledgers: dict[str, Path], written: dict[str, Path], tmp_path: Path
+) -> None:
+    ledger = tmp_path / "sorted.jsonl"
+    with open(ledgers["round-001"], encoding="utf-8") as source, open(ledger, "w", encoding="utf-8") as target:
+        target.writelines(json.dumps(json.loads(line), sort_keys=True, ensure_ascii=False) + "\n" for line in source)
+    write_inspect_logs(ledger, tmp_path / "logs")
+
+    again = {n: (name, sample.model_dump()) for n, (name, sample) in _samples_by_line(tmp_path / "logs").items()}
+    assert again == {n: (name, sample.model_dump()) for n, (name, sample) in _samples_by_line(written["round-001"]).items()}
+
+
+def test_a_line_whose_role_is_written_twice_is_refused(ledgers: dict[str, Path], tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_bytes(ledgers["round-001"].read_bytes())
+    text = ledger.read_text(encoding="utf-8").splitlines()[0]
+    rewrite_line(ledger, 1, text.replace('"role":"supervisor",', '"role":"supervisor","role":"worker",', 1))
+
+    with pytest.raises(InspectLogsInputError, match=f"^{ledger}:1: its role or candidate_id reads two ways"):
+        write_inspect_logs(ledger, tmp_path / "logs")
+
+
 def test_lines_the_demo_lacks_are_samples_too(tmp_path: Path) -> None:
     ledger = odd_lines_ledger(tmp_path / "odd.jsonl")
     write_inspect_logs(ledger, tmp_path / "logs")

@@ -16,6 +16,7 @@ import hashlib
 import re
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -63,27 +64,67 @@ def log_file_name(role: str, candidate_id: str | None) -> str:
     return f"{role}-{candidate}.eval"
 
 
-def _keys(raw: bytes, snapshot: LedgerSnapshot, line: int) -> dict[str, Any]:
-    """The parsed line, read fast; anything unusual (not JSON for orjson, no final newline, not
-    an object of the line's shape) goes through the strict reader, which names what is wrong."""
+# The head of a line as this project's writer writes it (docs/line-format.md, Top level), up to
+# its role: the first pass reads the four values it needs from here without parsing the line.
+_HEAD = re.compile(
+    rb'\{"schema":"tangle\.rollout\.v1","rollout_id":"([^"\\]+)","parent_rollout_id":(?:null|"([^"\\]+)"),'
+    rb'"run_id":"(?:[^"\\]|\\.)*","experiment_id":(?:null|"(?:[^"\\]|\\.)*"),"candidate_id":(?:(null)|"([^"\\]*)"),'
+    rb'"generation":(?:-?\d+|null),"candidate_index":(?:-?\d+|null),"role":"([a-z]+)",'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LineKeys:
+    """What the first pass needs of a line: its log (role, candidate) and its place among its kin."""
+
+    rollout_id: str
+    parent_rollout_id: str | None
+    role: str
+    candidate_id: str | None
+
+
+def _head_keys(raw: bytes) -> LineKeys | None:
+    """The keys read from the line's head, when it is written as this project writes lines (the
+    second pass validates the whole line and holds it to these)."""
+    head = _HEAD.match(raw)
+    if head is None or not raw.endswith(b"\n"):
+        return None
+    rollout_id, parent, null_candidate, candidate, role = head.groups()
+    try:
+        return LineKeys(
+            rollout_id.decode("utf-8"),
+            None if parent is None else parent.decode("utf-8"),
+            role.decode("ascii"),
+            None if null_candidate else candidate.decode("utf-8"),
+        )
+    except UnicodeDecodeError:
+        return None
+
+
+def line_keys(raw: bytes, path: Path, line: int) -> LineKeys:
+    """The keys of one raw line: from its head, else from the line parsed; a line that is not a
+    JSON object of the line's shape is read by the strict reader, which names what is wrong."""
+    keys = _head_keys(raw)
+    if keys is not None:
+        return keys
     parsed: Any = None
     if raw.endswith(b"\n"):
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
             parsed = None
-    if (
+    if not (
         isinstance(parsed, dict)
         and isinstance(parsed.get("role"), str)
         and isinstance(parsed.get("rollout_id"), str)
         and isinstance(parsed.get("candidate_id"), str | None)
         and isinstance(parsed.get("parent_rollout_id"), str | None)
     ):
-        return parsed
-    try:
-        return parse_valid_line(raw, snapshot.path, line)
-    except LedgerReadError as error:
-        raise InspectLogsInputError(str(error)) from None
+        try:
+            parsed = parse_valid_line(raw, path, line)
+        except LedgerReadError as error:
+            raise InspectLogsInputError(str(error)) from None
+    return LineKeys(parsed["rollout_id"], parsed["parent_rollout_id"], parsed["role"], parsed["candidate_id"])
 
 
 def index_ledger(snapshot: LedgerSnapshot) -> list[LogPlan]:
@@ -92,8 +133,8 @@ def index_ledger(snapshot: LedgerSnapshot) -> list[LogPlan]:
     taken: set[str] = set()
     latest_by_role: dict[str, tuple[str, int]] = {}
     for line, (offset, raw) in enumerate(snapshot.lines(), start=1):
-        parsed = _keys(raw, snapshot, line)
-        role, candidate, parent = parsed["role"], parsed["candidate_id"], parsed["parent_rollout_id"]
+        keys = line_keys(raw, snapshot.path, line)
+        role, candidate, parent = keys.role, keys.candidate_id, keys.parent_rollout_id
         key = (role, candidate)
         plan = plans.get(key)
         if plan is None:
@@ -106,5 +147,5 @@ def index_ledger(snapshot: LedgerSnapshot) -> list[LogPlan]:
         if parent is not None:
             parent_line = next((at for rollout, at in latest_by_role.values() if rollout == parent), NO_PARENT)
         plan.add(line, offset, len(raw), parent_line)
-        latest_by_role[role] = (parsed["rollout_id"], line)
+        latest_by_role[role] = (keys.rollout_id, line)
     return list(plans.values())

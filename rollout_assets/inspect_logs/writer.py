@@ -70,6 +70,10 @@ def _write_log(fd: int, ledger: str, plan: LogPlan, folder: Path) -> LogTally:
                 line = parse_valid_line(_read(fd, ledger, offset, length), ledger, line_number)
             except LedgerReadError as error:
                 raise InspectLogsInputError(str(error)) from None
+            if (line["role"], line["candidate_id"]) != (plan.role, plan.candidate_id):
+                raise InspectLogsInputError(
+                    f"{ledger}:{line_number}: its role or candidate_id reads two ways (a key written twice?)"
+                )
             converted = convert_line(line, LinePlace(line_number, None if parent == NO_PARENT else parent))
             # Inspect's models on one sample of each kind per log, not on each (too slow).
             if bool(line["messages"]) not in checked:
