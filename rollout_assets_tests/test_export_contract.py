@@ -296,6 +296,18 @@ def test_an_earlier_export_is_replaced_whole_through_a_symlink(tmp_path: Path, c
     assert sorted(os.listdir(tmp_path)) == ["a", "b", "out", "real-out"]
 
 
+def test_the_current_folder_as_out_dir_is_replaced_by_its_name(tmp_path: Path) -> None:
+    ledger = write_round(tmp_path / "ledgers", "round-001")
+    here = tmp_path / "here"
+    here.mkdir()
+
+    result = run_cli("export", ledger, ".", cwd=here)
+
+    assert result.returncode == 0, result.stderr
+    assert set(os.listdir(here)) == TRAINING_FILES
+    assert sorted(os.listdir(tmp_path)) == ["here", "ledgers"]
+
+
 def test_a_killed_export_leaves_nothing_the_next_one_keeps(tmp_path: Path) -> None:
     ledger = write_round(tmp_path / "ledgers", "round-001")
     exports = tmp_path / "exports"

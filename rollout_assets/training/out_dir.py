@@ -18,9 +18,10 @@ class TrainingOutputRefused(RoundError, ValueError):
 
 
 def export_folder(folder: Path) -> Path:
-    """The folder to replace: a symlink at `folder` is followed (the link stays, the folder it
-    leads to is replaced), so the build lands beside the real folder, on its filesystem."""
-    return real_path(folder) if os.path.islink(folder) else folder
+    """The folder to replace, as an absolute path (`.` names the current folder by its name): a
+    symlink at `folder` is followed (the link stays, the folder it leads to is replaced), so the
+    build lands beside the real folder, on its filesystem."""
+    return real_path(folder) if os.path.islink(folder) else Path(os.path.abspath(folder))
 
 
 def _is_own(name: str, own: set[str]) -> bool:
