@@ -198,6 +198,17 @@ def test_release_config_values_are_type_checked(values: dict[str, Any], sentence
     assert not (tmp_path / "releases").exists()
 
 
+def test_a_config_file_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    config = tmp_path / "release.json"
+    os.mkfifo(config)
+
+    result = _release(_root(tmp_path), tmp_path / "releases", "--config", config, timeout=60)
+
+    assert (result.returncode, result.stderr) == (1, f"rollout-assets: error: {config}: not a readable JSON release "
+        f"config ([Errno 22] it is not a regular file: '{config}')\n")  # fmt: skip
+    assert not (tmp_path / "releases").exists()
+
+
 def test_the_dagster_release_config_converts_nothing() -> None:
     from pydantic import ValidationError
 

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from rollout_assets.errors import RoundError
+from rollout_assets.io import read_regular_file
 from rollout_assets.release.split import SPLIT_UNITS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -88,7 +89,7 @@ def _check_types(config: ReleaseConfig) -> None:
 def load_config_file(path: Path, **overrides: Any) -> ReleaseConfig:
     """A JSON file of ReleaseConfig's keys; values given on the command line win."""
     try:
-        values = orjson.loads(path.read_bytes())
+        values = orjson.loads(read_regular_file(path))  # a FIFO is refused, not waited on
     except (OSError, orjson.JSONDecodeError) as error:
         raise ReleaseError(f"{path}: not a readable JSON release config ({error})") from error
     if not isinstance(values, dict):
