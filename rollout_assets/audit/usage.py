@@ -40,9 +40,10 @@ def plus(total: Sum, value: Any) -> Sum:
 
 def exact(value: Any) -> Sum:
     """One recorded value as a sum of itself; a value that is no finite number as none."""
-    if not is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
-        return NO_SUM
-    return (value, abs(value), 1)
+    kind = type(value)
+    if kind is int or (kind is float and math.isfinite(value)):
+        return (value, abs(value), 1)
+    return NO_SUM
 
 
 class ThreadUsage:
@@ -83,10 +84,9 @@ def worker_spend(columns: tuple[Any, ...], messages: tuple[Sum, ...]) -> tuple[t
     lacks), each a finite number or null; but when every column is null or 0 while some
     assistant message records its spend, the sums over the messages (`messages`, in COST_FIELDS
     order)."""
-    recorded = tuple(exact(value) for value in columns)
-    unmeasured = all(total is None or total == 0 for total, _, _ in recorded)
-    if unmeasured and any(total is not None for total, _, _ in messages):
-        return messages, True
+    recorded = tuple(map(exact, columns))
+    if not any(total for total, _, _ in recorded) and any(total is not None for total, _, _ in messages):
+        return messages, True  # every column null or 0, and the messages record their spend
     return recorded, False
 
 
@@ -94,6 +94,8 @@ def sum_problem(field: str, expected: Sum, seen: Any, source: str) -> str | None
     """What is wrong with the line's `cost.<field>`, `seen`, against the audit's sum over
     `source` (a phrase naming what was read); None when it holds."""
     total, magnitude, terms = expected
+    if seen == total and type(seen) is type(total):
+        return None  # both null, or the same number: most fields of most lines
     if isinstance(total, float) and not math.isfinite(total):
         total = None  # written null, as a sum that overflows a double is
     if total is None:

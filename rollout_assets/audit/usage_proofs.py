@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollout_assets.audit.inputs import ExpectedLine, InputsRecount
-from rollout_assets.audit.inputs_match import ExpectedLookup
 from rollout_assets.audit.ledger import LedgerRecount, SeenLine
 from rollout_assets.audit.line_sessions import LineSessions
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult
@@ -46,8 +45,16 @@ def _none(fields: tuple[str, ...], source: str) -> dict[str, tuple[Sum, str]]:
     return {field: (NO_SUM, source) for field in fields}
 
 
+_SUPERVISOR = _none(_CLAUDE_TOKENS, "a supervisor's brain.jsonl (per-request stats only)")
+_NO_SESSION = _none(COST_FIELDS, "a worker line without an opencode session")
+_NO_TRANSCRIPT = _none(_CLAUDE_TOKENS, "a shot without a transcript")
+_AT = {field: n for n, field in enumerate(COST_FIELDS)}  # a field's place in SeenLine.cost
+
+
 class _UsageProofs:
-    """The expected cost fields of each line, from the recounts' files read beside the ledger."""
+    """The expected cost fields of each line, from the recounts' files read beside the ledger:
+    a worker's from its session's counts (by line), a proposer's or sub-agent's from its
+    expected line (by id: a few per worktree, so the expected lines are not walked)."""
 
     def __init__(self, inputs: InputsRecount, ledger: LedgerRecount, sessions: LineSessions):
         self.inputs, self.ledger, self.sessions = inputs, ledger, sessions
@@ -55,16 +62,16 @@ class _UsageProofs:
 
     def walk(self) -> Iterator[tuple[SeenLine, Expected]]:
         """Every valid line, in ledger order, with what its cost fields must be."""
-        assert self.inputs.expected is not None
-        lookup = ExpectedLookup(self.inputs.expected)
-        wanted_lines = self.inputs.expected.stream()
+        expected = self.inputs.expected
+        assert expected is not None
         for seen in self.ledger.sequence.stream():
-            wanted = next(wanted_lines, None)
-            yield seen, self.expected(seen, lookup.get(seen, wanted))
+            # As a dict of the expected lines by id would give it: the last of a doubled id.
+            line = expected.last_with_key(seen.rollout_id) if seen.role in ("proposer", "agent") else None
+            yield seen, self.expected(seen, line)
 
     def expected(self, seen: SeenLine, line: ExpectedLine | None) -> Expected:
         if seen.role == "supervisor":
-            return _none(_CLAUDE_TOKENS, "a supervisor's brain.jsonl (per-request stats only)")
+            return _SUPERVISOR
         if seen.role == "worker":
             return self.worker(self.rows.get(seen.lineno))
         if seen.role == "proposer":
@@ -76,7 +83,7 @@ class _UsageProofs:
     def worker(self, row: tuple[Any, ...] | None) -> Expected:
         """The session's row and messages (docs/input-formats.md §4); nothing without a session."""
         if row is None:
-            return _none(COST_FIELDS, "a worker line without an opencode session")
+            return _NO_SESSION
         session = row[4]
         if not self.sessions.readable:
             return f"opencode session {session}: the audit cannot read the opencode store, so it proves nothing"
@@ -96,7 +103,7 @@ class _UsageProofs:
 
     def proposer(self, seen: SeenLine, line: ExpectedLine | None) -> Expected:
         if seen.gap is not None and gap_kind(seen.gap) in _WITHOUT_TRANSCRIPT:
-            return _none(_CLAUDE_TOKENS, "a shot without a transcript")
+            return _NO_TRANSCRIPT
         if line is None or line.parts[0] != "proposer":
             return "no shot receipt of the inputs has this rollout_id"
         if isinstance(line.usage, str):
@@ -127,8 +134,8 @@ def _problem(seen: SeenLine, expected: Expected) -> str | None:
     """What is wrong with the line's cost fields, every field at fault; None when they hold."""
     if isinstance(expected, str):
         return expected
-    cost = dict(zip(COST_FIELDS, seen.cost, strict=True))
-    found = [sum_problem(field, total, cost[field], source) for field, (total, source) in expected.items()]
+    cost = seen.cost
+    found = [sum_problem(field, total, cost[_AT[field]], source) for field, (total, source) in expected.items()]
     wrong = [problem for problem in found if problem is not None]
     return "; ".join(wrong) if wrong else None
 
