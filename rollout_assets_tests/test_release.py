@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -14,7 +15,12 @@ import pytest
 from rollout_assets.ledger import write_ledger
 from rollout_assets.release import ReleaseConfig, ReleaseError, RoundInput, build_release
 from rollout_assets.release.scrub import Scrubber, value_hash
-from rollout_assets.release.verify import check_card_matches_files, check_no_secrets, check_split_overlap
+from rollout_assets.release.verify import (
+    check_card_matches_files,
+    check_no_secrets,
+    check_rows_are_distinct,
+    check_split_overlap,
+)
 from rollout_assets.training import export_training
 from rollout_assets_tests.ledger_samples import sample_worker_line
 from rollout_assets_tests.secret_shapes import FAMILIES
@@ -102,7 +108,7 @@ def _config(**values: Any) -> ReleaseConfig:
 def test_a_release_passes_its_checks(rounds: list[RoundInput], tmp_path: Path) -> None:
     release = tmp_path / "releases" / "demo"
     manifest = build_release(rounds, release, _config())
-    for check in (check_split_overlap, check_no_secrets, check_card_matches_files):
+    for check in (check_split_overlap, check_no_secrets, check_card_matches_files, check_rows_are_distinct):
         verdict = check(release)
         assert verdict.passed, (check.__name__, verdict.problems)
     assert manifest["duplicates_skipped"]["sft"] == 1
@@ -248,3 +254,69 @@ def test_an_allowlisted_value_is_kept_and_passes_the_scan(tmp_path: Path) -> Non
     (release / "scrub-report.json").write_text(json.dumps(report))
     verdict = check_no_secrets(release)
     assert not verdict.passed and f"hex-high-entropy-string ({allowed})" in verdict.problems[0]
+
+
+def test_a_card_wrong_with_its_manifest_fails_the_card_check(
+    rounds: list[RoundInput], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A card that states the train rows for test too, written by the code that writes the card:
+    # card and manifest are self-consistent, only the files disagree.
+    import rollout_assets.release.card as card_module
+
+    def train_for_both(manifest: dict[str, Any]) -> list[str]:
+        lines = ["| kind | split | rows |", "|---|---|---|"]
+        for kind in manifest["rows"]:
+            lines += [f"| {kind} | {split} | {manifest['rows'][kind]['train']} |" for split in ("train", "test")]
+        return lines
+
+    monkeypatch.setattr(card_module, "rows_table", train_for_both)
+    release = tmp_path / "releases" / "demo"
+    manifest = build_release(rounds, release, _config())
+    verdict = check_card_matches_files(release)
+    assert not verdict.passed
+    sft = manifest["rows"]["sft"]
+    assert f"README.md states {sft['train']} sft rows in test, the files hold {sft['test']}" in verdict.problems
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("instances in train", lambda text: re.sub(r"(\d+) instances in train", lambda m: f"{int(m[1]) + 1} instances in train", text)),
+        ("SFT tokens", lambda text: re.sub(r"\(estimated\): (\d+)", lambda m: f"(estimated): {int(m[1]) - 7}", text)),
+        ("sft rows", lambda text: re.sub(r"^\| sft \| test \| (\d+) \|$", lambda m: f"| sft | test | {int(m[1]) * 2 + 1} |", text, flags=re.M)),
+    ],
+    ids=lambda edit: edit[0],
+)
+def test_a_card_whose_numbers_are_edited_fails(rounds: list[RoundInput], tmp_path: Path, edit: Any) -> None:
+    release = tmp_path / "releases" / "demo"
+    build_release(rounds, release, _config())
+    assert check_card_matches_files(release).passed
+    card = release / "README.md"
+    edited = edit[1](card.read_text())
+    assert edited != card.read_text()
+    card.write_text(edited)
+    verdict = check_card_matches_files(release)
+    assert not verdict.passed and any(edit[0].split()[0] in problem for problem in verdict.problems), verdict.problems
+
+
+def test_duplicates_written_twice_fail_the_distinct_check(
+    rounds: list[RoundInput], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The build's duplicate test broken (every row looks new): the same row of two rounds is
+    # written twice, and the card and manifest count both, consistently.
+    import itertools
+
+    import rollout_assets.release.build as build_module
+
+    numbers = itertools.count()
+    monkeypatch.setattr(build_module, "_content_digest", lambda row: str(next(numbers)).encode())
+    release = tmp_path / "releases" / "demo"
+    manifest = build_release(rounds, release, _config())
+    assert manifest["duplicates_skipped"]["sft"] == 0
+    assert check_card_matches_files(release).passed
+    verdict = check_rows_are_distinct(release)
+    assert not verdict.passed and verdict.counts["duplicates"] >= 1
+    assert "is data/sft/" in verdict.problems[0] and "again (the same content, other metadata)" in verdict.problems[0]
+    monkeypatch.undo()
+    build_release(rounds, release, _config())
+    assert check_rows_are_distinct(release).passed

@@ -147,7 +147,10 @@ def test_a_release_of_the_rounds_that_passed(tmp_path: Path) -> None:
                              raise_on_error=False)  # fmt: skip
         assert result.success, step_failures(result)
         found = evaluations(result)
-        assert {name for name in found} == {"release_splits_do_not_overlap", "release_has_no_secrets", "release_card_matches_files"}
+        assert {name for name in found} == {
+            "release_splits_do_not_overlap", "release_has_no_secrets", "release_card_matches_files",
+            "release_rows_are_distinct",
+        }  # fmt: skip
         assert all(e.passed for e in found.values()), {n: e.metadata for n, e in found.items()}
         folder = tmp_path / "ledgers" / "releases" / "rollout-dataset"
         manifest = json.loads((folder / "manifest.json").read_text())

@@ -1,6 +1,7 @@
 """The blocking checks of `dataset_release`, each recounting from the written files
-(`rollout_assets.release.verify`): no instance in both splits, no secret left (an independent
-detect-secrets scan), and a card and manifest that state what the files hold."""
+(`rollout_assets.release.verify`): no instance in both splits, no secret left (every rule and
+detect-secrets plugin again), a card and manifest that state what the files hold, and no row
+written twice."""
 
 from pathlib import Path
 
@@ -12,10 +13,11 @@ from rollout_assets.release.verify import RELEASE_CHECKS, ReleaseVerdict
 
 _DESCRIPTIONS = {
     "release_splits_do_not_overlap": "No instance (or repository, as the release was split) is in both train and test.",
-    "release_has_no_secrets": "detect-secrets (regex plugins, heuristic filters on) finds nothing in the data "
-    "files, the card or the manifest.",
-    "release_card_matches_files": "Each data file's rows and sha256 are the manifest's, and the card states "
-    "the manifest's rows and license.",
+    "release_has_no_secrets": "Every scrubbing rule and every text plugin of detect-secrets finds nothing in the "
+    "data files, the card, the manifest or the scrub report but the values the release allows.",
+    "release_card_matches_files": "Each data file's rows and sha256 are the manifest's, and the card states the "
+    "rows, instances and SFT tokens the files hold, counted from the files.",
+    "release_rows_are_distinct": "No two rows of a kind are the same apart from their metadata.",
 }
 
 

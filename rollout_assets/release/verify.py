@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout_assets.release.card import rows_table
 from rollout_assets.release.data_files import content_name
+from rollout_assets.release.file_counts import FileCounts, card_numbers, count_files
 from rollout_assets.release.scan import Finding, scan_release
 from rollout_assets.release.split import split_key
 
@@ -92,12 +92,38 @@ def check_card_matches_files(release: Path) -> ReleaseVerdict:
             verdict.fail(f"{name}: holds no rows, and `datasets` cannot load an empty split")
         if f"    path: {name}\n" not in card:
             verdict.fail(f"README.md's configs do not name {name}")
-    for line in rows_table(manifest):
-        if line not in card:
-            verdict.fail(f"README.md does not state `{line}`")
+    _card_states_the_files(card, count_files(release), verdict)
     if f"license: {manifest['license']}" not in card:
         verdict.fail("README.md does not state the manifest's license")
     verdict.counts = {"files": len(actual)}
+    return verdict
+
+
+def _card_states_the_files(card: str, counts: FileCounts, verdict: ReleaseVerdict) -> None:
+    """The card's numbers, read from its text, against the files' own: its rows per kind and
+    split, its instances per split, its SFT tokens per split. Neither side comes from the code
+    that wrote the card, so a card and manifest that agree on a wrong number still fail."""
+    stated = card_numbers(card)
+    for (kind, split), rows in sorted(counts.rows.items()):
+        said = stated.rows.get((kind, split))
+        if said != rows:
+            verdict.fail(f"README.md states {said} {kind} rows in {split}, the files hold {rows}")
+    for (kind, split), said in sorted(stated.rows.items()):
+        if (kind, split) not in counts.rows and said != 0:  # a split without rows has no file
+            verdict.fail(f"README.md states {said} {kind} rows in {split}, a kind and split of no file")
+    for name, said, actual in (("instances", stated.instances, counts.instances), ("SFT tokens", stated.sft_tokens,
+                                                                                    counts.sft_tokens)):
+        if said != actual:
+            verdict.fail(f"README.md states {name} {said}, the files hold {actual}")
+
+
+def check_rows_are_distinct(release: Path) -> ReleaseVerdict:
+    """No two rows of a kind are the same apart from their metadata: an exact duplicate across
+    rounds is written once. Compared by the checks' own digest of each row's content."""
+    counts = count_files(release)
+    verdict = ReleaseVerdict(counts={"rows": sum(counts.rows.values()), "duplicates": len(counts.duplicates)})
+    for first, second in counts.duplicates:
+        verdict.fail(f"{second} is {first} again (the same content, other metadata)")
     return verdict
 
 
@@ -106,4 +132,5 @@ RELEASE_CHECKS = {
     "release_splits_do_not_overlap": check_split_overlap,
     "release_has_no_secrets": check_no_secrets,
     "release_card_matches_files": check_card_matches_files,
+    "release_rows_are_distinct": check_rows_are_distinct,
 }
