@@ -106,9 +106,10 @@ class AtomicParquetWriter:
                 self._temp.unlink()
 
 
-def parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The rows of a Parquet file as dicts, a small batch at a time (never the whole file)."""
+def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of a Parquet file as dicts (of `columns` only, when given), a small batch at a
+    time (never the whole file)."""
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=64, columns=columns):
         yield from batch.to_pylist()

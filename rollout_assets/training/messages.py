@@ -12,22 +12,25 @@ import math
 from typing import Any
 
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
+_OPTIONAL_KEYS = MESSAGE_KEYS[2:]
 
 
 def training_message(message: dict[str, Any]) -> dict[str, Any]:
     """One ledger message in the chat shape, absent keys left out (the JSONL form)."""
     shaped: dict[str, Any] = {"role": message["role"], "content": message.get("content")}
-    for key in MESSAGE_KEYS[2:]:
-        if message.get(key) is not None:
-            shaped[key] = message[key]
-    if "tool_calls" in shaped:
+    for key in _OPTIONAL_KEYS:
+        value = message.get(key)
+        if value is not None:
+            shaped[key] = value
+    calls = shaped.get("tool_calls")
+    if calls is not None:
         shaped["tool_calls"] = [
             {
                 "id": call.get("id"),
                 "type": call.get("type", "function"),
                 "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]},
             }
-            for call in shaped["tool_calls"]
+            for call in calls
         ]
     return shaped
 

@@ -122,14 +122,14 @@ def occurrences(text: str, targets: list[Target]) -> list[tuple[int, int, str, s
     for spelling, kind, placeholder in targets:
         start = text.find(spelling)
         while start >= 0:
-            if _whole(text, start, start + len(spelling)):
-                candidates.append((start, -len(spelling), kind, placeholder))
+            candidates.append((start, start + len(spelling), kind, placeholder))
             start = text.find(spelling, start + 1)
     chosen, reached = [], 0
-    for start, negative_length, kind, placeholder in sorted(candidates):
-        if start >= reached:
-            chosen.append((start, start - negative_length, kind, placeholder))
-            reached = start - negative_length
+    # Leftmost first, the longest first at one place; one inside a chosen one is not looked at.
+    for start, end, kind, placeholder in sorted(candidates, key=lambda c: (c[0], c[0] - c[1])):
+        if start >= reached and _whole(text, start, end):
+            chosen.append((start, end, kind, placeholder))
+            reached = end
     return chosen
 
 
@@ -171,6 +171,37 @@ def normalized_transcript(
     return result, counts
 
 
+def compared(
+    held: list[dict[str, Any]], messages: list[dict[str, Any]], targets: list[Target]
+) -> tuple[str | None, Counter[str]]:
+    """(How a row's transcript differs from its ledger line's transcript with the identifiers
+    replaced, or None; the replacements by kind). Message by message: role, tool_call_id and
+    name as they are, every text as replaced, each tool call's id, type, name and arguments;
+    a key the row has as null is one the line does not have."""
+    counts: Counter[str] = Counter()
+    if len(held) != len(messages):
+        return f"{len(held)} messages, not {len(messages)}", counts
+    targets = _present(messages, targets) if targets else targets
+    for number, (row, line) in enumerate(zip(held, messages), start=1):
+        for key in ("role", "tool_call_id", "name", "content", "reasoning_content"):
+            expected = line.get(key)
+            if targets and key in ("content", "reasoning_content") and isinstance(expected, str):
+                expected = replaced_text(expected, targets, counts)
+            if row.get(key) != expected:
+                return f"message {number}: {key}", counts
+        row_calls, line_calls = row.get("tool_calls"), line.get("tool_calls")
+        if (row_calls is None) != (line_calls is None) or len(row_calls or ()) != len(line_calls or ()):
+            return f"message {number}: tool_calls", counts
+        for row_call, line_call in zip(row_calls or (), line_calls or ()):
+            arguments = line_call["function"].get("arguments")
+            if targets and isinstance(arguments, str):
+                arguments = replaced_text(arguments, targets, counts)
+            expected = (line_call.get("id"), line_call.get("type"), line_call["function"].get("name"), arguments)
+            if (row_call["id"], row_call["type"], row_call["function"]["name"], row_call["function"]["arguments"]) != expected:
+                return f"message {number}: tool call {line_call.get('id')}", counts
+    return None, counts
+
+
 def texts_of(messages: list[dict[str, Any]]) -> Iterator[str]:
     for message in messages:
         for key in ("content", "reasoning_content"):
@@ -210,7 +241,9 @@ def mismatched_placeholders(messages: list[dict[str, Any]]) -> str | None:
             if isinstance(call["function"].get("arguments"), str):
                 calls[call.get("id")] = _placed_paths(call["function"]["arguments"])
         if message.get("role") == "tool" and isinstance(message.get("content"), str):
-            called = calls.get(message.get("tool_call_id")) or {}
+            called = calls.get(message.get("tool_call_id"))
+            if not called:
+                continue  # a call naming no placeholder path: nothing its output could contradict
             for rest, placeholders in _placed_paths(message["content"]).items():
                 holders = {p for folder, named in called.items() if _holds(folder, rest) for p in named}
                 if holders and not placeholders & holders:

@@ -2,14 +2,15 @@
 a path of their own (no code of the export is reused: not its scan, filter or row builders).
 
 Each `check_*` returns a `TrainingVerdict`. The ledger is reduced to one small record per line
-(digest of its transcript, reward, flags); the Parquet files are read in batches, so memory
-stays flat however large the round.
+(where it lies, reward, flags); the lines in rows are read again, one at a time, and compared
+message by message with what the row holds; the Parquet files are read in batches, so memory
+stays flat however large the round. A row's transcripts are checked against the ledger, for
+their identifiers and for their tool messages in one reading of the rows.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import orjson
 
 from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.files import TrainingFiles, parquet_rows
-from rollout_assets.training.recount_identifiers import RowRecount, row_replacements
+from rollout_assets.training.recount_identifiers import RowRecount, compared, row_replacements
 
 # A ledger as the checks take it: a path they open, or a snapshot the caller already read from
 # (`rollout-assets export` checks the very bytes its rows were built from).
@@ -54,20 +55,6 @@ class LedgerFacts:
     error: bool
     completed: bool
     truncated: bool
-
-
-def _canonical(messages: list[dict[str, Any]]) -> str:
-    """Digest of a transcript with null-valued optional keys left out (`content` always kept)."""
-    kept = []
-    for message in messages:
-        shaped = {k: v for k, v in message.items() if v is not None or k == "content"}
-        if "tool_calls" in shaped:
-            shaped["tool_calls"] = [
-                {"id": c.get("id"), "type": c.get("type"), "function": {k: v for k, v in c["function"].items()}}
-                for c in shaped["tool_calls"]
-            ]
-        kept.append(shaped)
-    return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 @contextlib.contextmanager
@@ -114,6 +101,18 @@ def _transcripts(dataset: str, row: dict[str, Any]) -> Iterator[tuple[str, list[
             yield rollout_id, row["prompt"] + completion
 
 
+# Where a row names its lines: the accounting reads these columns only, not the transcripts.
+_ID_COLUMNS = {"sft_rows": ["metadata"], "preference_pairs": ["metadata"], "grpo_groups": ["rollout_ids"]}
+
+
+def _ids(dataset: str, row: dict[str, Any]) -> list[str]:
+    if dataset == "sft_rows":
+        return [row["metadata"]["rollout_id"]]
+    if dataset == "preference_pairs":
+        return [row["metadata"]["chosen_rollout_id"], row["metadata"]["rejected_rollout_id"]]
+    return row["rollout_ids"]
+
+
 def check_accounting(
     ledger: Ledger,
     files: TrainingFiles,
@@ -134,7 +133,7 @@ def check_accounting(
             if entry["rollout_id"] in fates:
                 verdict.fail(f"line {entry['line']} ({entry['rollout_id']}) is accounted for twice")
             fates[entry["rollout_id"]] = entry["fate"]
-    in_rows = Counter(rid for row in parquet_rows(files.parquet(dataset)) for rid, _ in _transcripts(dataset, row))
+    in_rows = Counter(rid for row in parquet_rows(files.parquet(dataset), _ID_COLUMNS[dataset]) for rid in _ids(dataset, row))
     for rollout_id, fact in facts.items():
         fate = fates.get(rollout_id)
         if fate is None:
@@ -204,18 +203,19 @@ def _recount_rows(
     dataset: str,
     facts: dict[str, LedgerFacts] | None,
     settings: dict[str, Any] | None,
-) -> tuple[TrainingVerdict, TrainingVerdict]:
-    """The verdicts of match_ledger and identifiers_normalized, from one reading of the rows
-    and of each of their ledger lines."""
+) -> tuple[TrainingVerdict, TrainingVerdict, TrainingVerdict]:
+    """The verdicts of match_ledger, identifiers_normalized and tool_messages_answer_calls,
+    from one reading of the rows and of each of their ledger lines."""
     facts = facts if facts is not None else ledger_facts(ledger)
     recount = RowRecount(settings if settings is not None else _report_settings(files))
-    matching, normalized = TrainingVerdict(True), TrainingVerdict(True)
+    matching, normalized, tools = TrainingVerdict(True), TrainingVerdict(True), TrainingVerdict(True, {"tool_messages": 0})
     rows = checked = 0
     with _opened(ledger) as snapshot:
         for number, row in enumerate(parquet_rows(files.parquet(dataset)), start=1):
             rows += 1
             lines = []
             for (rollout_id, messages), replaced in zip(_transcripts(dataset, row), row_replacements(dataset, row)):
+                _answer_calls(tools, number, rollout_id, messages)
                 fact = facts.get(rollout_id)
                 if fact is None:
                     matching.fail(f"row {number}: {rollout_id} is not a line of the ledger")
@@ -226,9 +226,9 @@ def _recount_rows(
                 line = orjson.loads(snapshot.read(fact.offset, fact.length))
                 lines.append(line)
                 targets = recount.targets(line)
-                expected, counts = recount.expected(line, targets)
-                if _canonical(messages) != _canonical(expected):
-                    matching.fail(f"row {number}: the messages differ from ledger line {fact.lineno}")
+                difference, counts = compared(messages, line["messages"], targets)
+                if difference is not None:
+                    matching.fail(f"row {number}: the messages differ from ledger line {fact.lineno} ({difference})")
                 elif (problem := recount.line_problem(line, counts, replaced, messages)) is not None:
                     matching.fail(f"row {number}: ledger line {fact.lineno}: {problem}")
                 if recount.normalize:
@@ -238,7 +238,7 @@ def _recount_rows(
             if (problem := recount.row_problem(dataset, row, lines)) is not None:
                 matching.fail(f"row {number}: {problem}")
     matching.counts, normalized.counts = {"rows": rows}, {"lines_checked": checked}
-    return matching, normalized
+    return matching, normalized, tools
 
 
 def _report_settings(files: TrainingFiles) -> dict[str, Any]:
@@ -248,23 +248,26 @@ def _report_settings(files: TrainingFiles) -> dict[str, Any]:
 
 def check_tool_messages(files: TrainingFiles, dataset: str) -> TrainingVerdict:
     """Every tool message answers a tool call of an earlier assistant message of its row."""
-    verdict = TrainingVerdict(True)
-    tool_messages = 0
+    verdict = TrainingVerdict(True, {"tool_messages": 0})
     for number, row in enumerate(parquet_rows(files.parquet(dataset)), start=1):
         for rollout_id, messages in _transcripts(dataset, row):
-            called: set[str] = set()
-            for message in messages:
-                if message["role"] == "assistant":
-                    called.update(call["id"] for call in message.get("tool_calls") or () if call.get("id"))
-                elif message["role"] == "tool":
-                    tool_messages += 1
-                    if message.get("tool_call_id") not in called:
-                        verdict.fail(
-                            f"row {number} ({rollout_id}): tool message {message.get('tool_call_id')!r} "
-                            "answers no earlier tool call"
-                        )
-    verdict.counts = {"tool_messages": tool_messages}
+            _answer_calls(verdict, number, rollout_id, messages)
     return verdict
+
+
+def _answer_calls(verdict: TrainingVerdict, number: int, rollout_id: str, messages: list[dict[str, Any]]) -> None:
+    """The tool messages of one line of row `number`, each checked against the calls before it."""
+    called: set[str] = set()
+    for message in messages:
+        if message["role"] == "assistant":
+            called.update(call["id"] for call in message.get("tool_calls") or () if call.get("id"))
+        elif message["role"] == "tool":
+            verdict.counts["tool_messages"] += 1
+            if message.get("tool_call_id") not in called:
+                verdict.fail(
+                    f"row {number} ({rollout_id}): tool message {message.get('tool_call_id')!r} "
+                    "answers no earlier tool call"
+                )
 
 
 def check_pair_margins(
@@ -325,7 +328,6 @@ def verify_training(
     verdicts = {}
     for dataset, names in CHECKS.items():
         verdicts[names[0]] = check_accounting(ledger, files, dataset, facts, settings)
-        verdicts[names[1]], verdicts[names[-1]] = _recount_rows(ledger, files, dataset, facts, settings)
-        verdicts[names[2]] = check_tool_messages(files, dataset)
+        verdicts[names[1]], verdicts[names[-1]], verdicts[names[2]] = _recount_rows(ledger, files, dataset, facts, settings)
     verdicts["preference_pairs_meet_margin"] = check_pair_margins(ledger, files, margin, facts)
     return verdicts
