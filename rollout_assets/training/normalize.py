@@ -18,7 +18,8 @@ The rules, the same in every text, so a tool call and its output still name the 
 How: the transcript is serialized once with orjson and the identifiers are replaced in those
 bytes, as orjson escapes them, with the rules above read through the escaping (a match may not
 begin inside an escape). That is one search per spelling over the whole transcript instead of
-one per text; training/verify.py recounts the same rules text by text.
+one per text; the checks (training/recount_identifiers.py) recount the same rules text
+by text.
 
 The ledger is never changed: this is applied to the training rows only.
 """
