@@ -353,6 +353,18 @@ def test_the_audit_adds_floats_in_another_order_than_the_join_and_still_passes(
     )
 
 
+def test_without_the_store_every_worker_line_has_no_spend_and_passes(built: Built, tmp_path: Path) -> None:
+    """The store unavailable: every worker line is a gap of its cwd, with no session and no spend."""
+    gone = built._replace(store=tmp_path / "no-such.db")
+    ledger = tmp_path / "rollout-ledger.jsonl"
+    lines = gone.backfill(ledger)
+
+    result = gone.verdict(ledger)
+
+    assert (result.passed, result.details["worker_lines"]) == (True, 4)
+    assert all(_spend_of(lines[index]) == NOTHING for index in _of_role(lines, "worker"))
+
+
 # ---------------------------------------------------------------------------
 # A count no record holds is null, and a recorded one is never null
 # ---------------------------------------------------------------------------
