@@ -315,3 +315,44 @@ def test_verify_training_runs_every_check_once(tmp_path: Path) -> None:
     files.accounting("grpo_groups").write_text("")
     broken = verify_training(ledger, files, 0.05)
     assert [name for name, verdict in broken.items() if not verdict.passed] == ["grpo_groups_account_for_every_line"]
+
+
+def test_a_second_pair_below_the_margin_is_not_formed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four lines of one bucket: 1.0 against 0.0 is a pair; 0.9 against 0.88 is 0.02 apart,
+    # below the margin of 0.05, so both stay unpaired.
+    ledger = _ledger(tmp_path, [_worker(f"q{i}", "a", reward) for i, reward in enumerate([1.0, 0.9, 0.88, 0.0])])
+    files = export_training(ledger, tmp_path / "training", "round-007").files
+    pairs = pq.read_table(files.parquet("preference_pairs")).to_pylist()
+    assert [(p["metadata"]["chosen_rollout_id"], p["metadata"]["rejected_rollout_id"]) for p in pairs] == [
+        (_id("q0"), _id("q3"))
+    ]
+    fates = _fates(files, "preference_pairs")
+    assert fates[_id("q1")] == fates[_id("q2")] == "unpaired"
+    assert check_pair_margins(ledger, files, 0.05).passed
+
+    # The margin tested for a bucket's first pair only: the second pair is written, the
+    # accounting agrees with it, and the margin check names it.
+    import rollout_assets.training.select as select
+
+    def margin_for_the_first_pair_only(keys, settings):
+        selection = select.Selection()
+        for bucket in select._prompt_buckets(keys, selection, settings.group_by):
+            ranked = select._by_best_reward(bucket)
+            best, worst = 0, len(ranked) - 1
+            while best < worst and (best > 0 or ranked[best].reward - ranked[worst].reward >= settings.margin):
+                selection.rows.append((ranked[best].index, ranked[worst].index))
+                selection.outcome[ranked[best].index] = selection.outcome[ranked[worst].index] = "row"
+                best, worst = best + 1, worst - 1
+            for key in ranked:
+                selection.outcome.setdefault(key.index, "unpaired")
+        return selection
+
+    import rollout_assets.training.export as export_module
+
+    monkeypatch.setitem(export_module._SELECTORS, "preference_pairs", margin_for_the_first_pair_only)
+    broken = export_training(ledger, tmp_path / "broken", "round-007").files
+    assert len(pq.read_table(broken.parquet("preference_pairs")).to_pylist()) == 2
+    assert check_accounting(ledger, broken, "preference_pairs").passed
+    verdict = check_pair_margins(ledger, broken, 0.05)
+    assert not verdict.passed and verdict.problems[0].startswith("pair 2: chosen 0.9 - rejected 0.88 is below 0.05")
+
