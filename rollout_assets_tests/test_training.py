@@ -356,3 +356,31 @@ def test_a_second_pair_below_the_margin_is_not_formed(tmp_path: Path, monkeypatc
     verdict = check_pair_margins(ledger, broken, 0.05)
     assert not verdict.passed and verdict.problems[0].startswith("pair 2: chosen 0.9 - rejected 0.88 is below 0.05")
 
+
+
+def test_a_drop_reason_that_holds_but_not_first_fails_the_accounting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An errored line that also never completed is `error`, the earlier reason. A filter that
+    # lets errors through drops it as `incomplete`: true of the line, and the accounting agrees
+    # with the rows, but not the first reason that holds.
+    crashed = _worker("crashed", "a", 1.0, error="worker crashed", is_completed=False)
+    ledger = _ledger(tmp_path, [_worker("fine", "a", 1.0), crashed])
+    files = export_training(ledger, tmp_path / "training", "round-007").files
+    assert _fates(files, "sft_rows")[_id("crashed")] == "error"
+    assert check_accounting(ledger, files, "sft_rows").passed
+
+    import rollout_assets.training.filter as filter_module
+    import rollout_assets.training.scan as scan_module
+
+    real = filter_module.line_drop_reason
+
+    def errors_let_through(line: dict[str, Any], settings: Any) -> str | None:
+        return real({**line, "outcome": {**line["outcome"], "error": None}}, settings)
+
+    monkeypatch.setattr(scan_module, "line_drop_reason", errors_let_through)
+    broken = export_training(ledger, tmp_path / "broken", "round-007").files
+    assert _fates(broken, "sft_rows")[_id("crashed")] == "incomplete"
+    verdict = check_accounting(ledger, broken, "sft_rows")
+    assert not verdict.passed
+    assert verdict.problems == [f"ledger line 2 ({_id('crashed')}) is incomplete, but error holds first"]

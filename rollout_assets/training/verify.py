@@ -28,7 +28,10 @@ from rollout_assets.training.recount_identifiers import RowRecount, compared, ro
 Ledger = Path | LedgerSnapshot
 
 SAMPLE = 5
-_PER_LINE_REASONS = {"gap", "role_excluded", "gated", "error", "incomplete", "truncated", "no_reward"}
+# The reasons of a line alone, in the order the filter tests them (docs/training.md): a line is
+# dropped for the first that holds, so an errored line is `error`, never `incomplete`.
+_LINE_REASON_ORDER = ("gap", "role_excluded", "gated", "error", "incomplete", "truncated", "no_reward")
+_PER_LINE_REASONS = set(_LINE_REASON_ORDER)
 
 
 @dataclass
@@ -122,9 +125,12 @@ def check_accounting(
 ) -> TrainingVerdict:
     """Every ledger line has exactly one fate (a row, or a drop reason), kept + dropped =
     lines, the lines in rows are exactly those the accounting keeps, and a per-line drop
-    reason is true of the line (`too_long` by the checks' own count of its normalized transcript)."""
+    reason is true of the line (`too_long` by the checks' own count of its normalized transcript)
+    and is the first reason of the line alone that holds."""
     facts = facts if facts is not None else ledger_facts(ledger)
-    recount = RowRecount(settings if settings is not None else _report_settings(files))
+    settings = settings if settings is not None else _report_settings(files)
+    recount = RowRecount(settings)
+    roles = set(settings.get("roles") or ())
     verdict = TrainingVerdict(True)
     fates: dict[str, str] = {}
     with open(files.accounting(dataset), "rb") as handle:
@@ -142,8 +148,10 @@ def check_accounting(
             verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is accounted as a row but no row holds it")
         elif fate != "row" and in_rows[rollout_id]:
             verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate} but a row holds it")
-        elif fate in _PER_LINE_REASONS and not _reason_holds(fate, fact):
+        elif fate in _PER_LINE_REASONS and not _reason_holds(fate, fact, roles):
             verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is dropped as {fate}, which it is not")
+        elif (first := _first_line_reason(fact, roles)) is not None and fate != first:
+            verdict.fail(f"ledger line {fact.lineno} ({rollout_id}) is {fate}, but {first} holds first")
     too_long = [fact for rollout_id, fact in facts.items() if fates.get(rollout_id) == "too_long"]
     with _opened(ledger) as snapshot:
         for fact in too_long:
@@ -158,10 +166,14 @@ def check_accounting(
     return verdict
 
 
-def _reason_holds(reason: str, fact: LedgerFacts) -> bool:
+def _first_line_reason(fact: LedgerFacts, roles: set[str]) -> str | None:
+    return next((reason for reason in _LINE_REASON_ORDER if _reason_holds(reason, fact, roles)), None)
+
+
+def _reason_holds(reason: str, fact: LedgerFacts, roles: set[str]) -> bool:
     return {
         "gap": fact.has_gap,
-        "role_excluded": True,  # a setting, not a property of the line
+        "role_excluded": fact.role not in roles,
         "gated": fact.gated,
         "error": fact.error,
         "incomplete": not fact.completed,
