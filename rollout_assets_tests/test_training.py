@@ -384,3 +384,37 @@ def test_a_drop_reason_that_holds_but_not_first_fails_the_accounting(
     verdict = check_accounting(ledger, broken, "sft_rows")
     assert not verdict.passed
     assert verdict.problems == [f"ledger line 2 ({_id('crashed')}) is incomplete, but error holds first"]
+
+
+def test_a_cap_off_by_one_and_groups_of_one_fail_the_accounting(
+    mixed_ledger: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both bugs write rows and an accounting that agree with each other; the dataset rules,
+    # recounted from the rows and the ledger, do not hold.
+    import dataclasses
+
+    import rollout_assets.training.export as export_module
+    import rollout_assets.training.select as select
+
+    files = export_training(mixed_ledger, tmp_path / "training", "round-007").files
+    for dataset in ("sft_rows", "grpo_groups"):
+        assert check_accounting(mixed_ledger, files, dataset).passed
+
+    def cap_off_by_one(keys, settings):
+        return select.select_sft(keys, dataclasses.replace(settings, per_instance_cap=settings.per_instance_cap + 1))
+
+    def groups_of_one(keys, settings):
+        selection = select.select_groups(keys, settings)
+        for index, fate in list(selection.outcome.items()):
+            if fate == "group_too_small":
+                selection.rows.append((index,))
+                selection.outcome[index] = "row"
+        return selection
+
+    monkeypatch.setitem(export_module._SELECTORS, "sft_rows", cap_off_by_one)
+    monkeypatch.setitem(export_module._SELECTORS, "grpo_groups", groups_of_one)
+    broken = export_training(mixed_ledger, tmp_path / "broken", "round-007").files
+    sft = check_accounting(mixed_ledger, broken, "sft_rows")
+    assert not sft.passed and "4 SFT rows of worker on a, above the cap of 3" in sft.problems
+    groups = check_accounting(mixed_ledger, broken, "grpo_groups")
+    assert not groups.passed and any("holds 1 line(s); a group needs two or more" in p for p in groups.problems)

@@ -58,6 +58,7 @@ class LedgerFacts:
     error: bool
     completed: bool
     truncated: bool
+    instance_id: str = ""
 
 
 @contextlib.contextmanager
@@ -87,6 +88,7 @@ def ledger_facts(ledger: Ledger) -> dict[str, LedgerFacts]:
                 outcome["error"] is not None,
                 outcome["is_completed"] is True,
                 outcome["is_truncated"] is True,
+                str((line.get("task") or {}).get("instance_id")),
             )
     return facts
 
@@ -159,11 +161,50 @@ def check_accounting(
                 verdict.fail(f"ledger line {fact.lineno} is dropped as too_long, which it is not")
     for rollout_id in set(fates) - set(facts):
         verdict.fail(f"the accounting names {rollout_id}, which is not a line of {getattr(ledger, 'path', ledger)}")
+    _dataset_rules_hold(dataset, files, facts, fates, settings, verdict)
     kept = sum(fate == "row" for fate in fates.values())
     verdict.counts = {"lines": len(facts), "kept": kept, "dropped": len(fates) - kept}
     if kept + verdict.counts["dropped"] != len(facts):
         verdict.fail(f"kept {kept} + dropped {verdict.counts['dropped']} is not the ledger's {len(facts)} lines")
     return verdict
+
+
+def _dataset_rules_hold(
+    dataset: str,
+    files: TrainingFiles,
+    facts: dict[str, LedgerFacts],
+    fates: dict[str, str],
+    settings: dict[str, Any],
+    verdict: TrainingVerdict,
+) -> None:
+    """The rules of each dataset, recounted from the rows and the ledger's facts: a GRPO group
+    holds two lines or more; SFT rows per (role, instance) are at most the cap, and a line
+    dropped by the cap has that many kept lines of its (role, instance) rewarded at least as
+    well."""
+    if dataset == "grpo_groups":
+        for number, row in enumerate(parquet_rows(files.parquet(dataset), ["rollout_ids"]), start=1):
+            if len(row["rollout_ids"]) < 2:
+                verdict.fail(f"group {number} holds {len(row['rollout_ids'])} line(s); a group needs two or more")
+    if dataset != "sft_rows" or settings.get("per_instance_cap") is None:
+        return
+    cap = settings["per_instance_cap"]
+    kept: dict[tuple[str, str], list[float]] = {}
+    for rollout_id, fate in fates.items():
+        if fate == "row" and rollout_id in facts:
+            fact = facts[rollout_id]
+            kept.setdefault((fact.role, fact.instance_id), []).append(fact.reward if fact.reward is not None else 0.0)
+    for (role, instance), rewards in sorted(kept.items()):
+        if len(rewards) > cap:
+            verdict.fail(f"{len(rewards)} SFT rows of {role} on {instance}, above the cap of {cap}")
+    for rollout_id, fate in fates.items():
+        if fate == "per_instance_cap" and rollout_id in facts:
+            fact = facts[rollout_id]
+            better = [r for r in kept.get((fact.role, fact.instance_id), []) if fact.reward is None or r >= fact.reward]
+            if len(better) < cap:
+                verdict.fail(
+                    f"ledger line {fact.lineno} ({rollout_id}) is dropped by the cap, but only {len(better)} kept "
+                    f"rows of {fact.role} on {fact.instance_id} are rewarded as well"
+                )
 
 
 def _first_line_reason(fact: LedgerFacts, roles: set[str]) -> str | None:
