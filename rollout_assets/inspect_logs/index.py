@@ -13,8 +13,10 @@ the ledger orders them: a worker after its supervisor, a sub-agent after its pro
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,6 @@ import orjson
 
 from rollout_assets.errors import RoundError
 from rollout_assets.ledger.io import LedgerReadError, parse_valid_line
-from rollout_assets.ledger.snapshot import LedgerSnapshot
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 NO_PARENT = 0  # line numbers start at 1
@@ -127,13 +128,24 @@ def line_keys(raw: bytes, path: Path, line: int) -> LineKeys:
     return LineKeys(parsed["rollout_id"], parsed["parent_rollout_id"], parsed["role"], parsed["candidate_id"])
 
 
-def index_ledger(snapshot: LedgerSnapshot) -> list[LogPlan]:
-    """The logs of the ledger and their lines, in order of their first lines."""
+def _lines(fd: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, raw line) of every line of the open file `fd`, from its start (read through a
+    descriptor of its own, so as a LedgerSnapshot's `lines`, but in a forked process too)."""
+    with os.fdopen(os.dup(fd), "rb") as file:
+        file.seek(0)
+        offset = 0
+        for raw in file:
+            yield offset, raw
+            offset += len(raw)
+
+
+def index_ledger(fd: int, path: Path) -> list[LogPlan]:
+    """The logs of the ledger open as `fd` and their lines, in order of their first lines."""
     plans: dict[tuple[str, str | None], LogPlan] = {}
     taken: set[str] = set()
     latest_by_role: dict[str, tuple[str, int]] = {}
-    for line, (offset, raw) in enumerate(snapshot.lines(), start=1):
-        keys = line_keys(raw, snapshot.path, line)
+    for line, (offset, raw) in enumerate(_lines(fd), start=1):
+        keys = line_keys(raw, path, line)
         role, candidate, parent = keys.role, keys.candidate_id, keys.parent_rollout_id
         key = (role, candidate)
         plan = plans.get(key)

@@ -25,10 +25,6 @@ from typing import Any
 import orjson
 
 
-def message_id(rollout_id: str, index: int) -> str:
-    return f"{rollout_id}-m{index}"
-
-
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
     function = call["function"]
     arguments_text = function["arguments"]
@@ -76,9 +72,4 @@ def chat_message(message: dict[str, Any], message_id: str) -> dict[str, Any]:
 
 def chat_messages(messages: list[dict[str, Any]], rollout_id: str) -> list[dict[str, Any]]:
     """A line's transcript as Inspect chat messages, in order."""
-    return [chat_message(message, message_id(rollout_id, index)) for index, message in enumerate(messages)]
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The text of a ledger message (its content, or nothing)."""
-    return message.get("content") or ""
+    return [chat_message(message, f"{rollout_id}-m{index}") for index, message in enumerate(messages)]

@@ -27,10 +27,12 @@ _VERSION = 63  # the APPNOTE version that defines Zstandard members
 _MADE_BY = (3 << 8) | _VERSION  # 3: Unix, so the attributes below read as Unix modes
 _REGULAR_FILE = 0o100644 << 16
 _DOS_DATE, _DOS_TIME = (0 << 9) | (1 << 5) | 1, 0  # 1980-01-01 00:00, a fixed date
-_LEVEL = 3  # Zstandard's default level
+_LEVEL = 1  # a third faster than Zstandard's default (3) on a round's samples, 1% larger
 _MAX_32 = 0xFFFFFFFF
 _MAX_16 = 0xFFFF
 _CHUNK = 1 << 20
+_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
+_CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")
 
 
 class ZipStream:
@@ -74,10 +76,9 @@ class ZipStream:
             local_extra = struct.pack("<HHQQ", 1, 16, size, packed_size)
             local_sizes = (_MAX_32, _MAX_32)
         self._write(
-            struct.pack(
-                "<IHHHHHIIIHH", 0x04034B50, _VERSION, 0, _ZSTD, _DOS_TIME, _DOS_DATE, crc, *local_sizes,
-                len(name), len(local_extra),
-            )  # fmt: skip
+            _LOCAL_HEADER.pack(
+                0x04034B50, _VERSION, 0, _ZSTD, _DOS_TIME, _DOS_DATE, crc, *local_sizes, len(name), len(local_extra)
+            )
             + name
             + local_extra
         )
@@ -85,8 +86,8 @@ class ZipStream:
         overflow = [value for value in (size, packed_size, offset) if value >= _MAX_32]
         central_extra = struct.pack(f"<HH{len(overflow)}Q", 1, 8 * len(overflow), *overflow) if overflow else b""
         self._central.write(
-            struct.pack(
-                "<IHHHHHHIIIHHHHHII", 0x02014B50, _MADE_BY, _VERSION, 0, _ZSTD, _DOS_TIME, _DOS_DATE, crc,
+            _CENTRAL_HEADER.pack(
+                0x02014B50, _MADE_BY, _VERSION, 0, _ZSTD, _DOS_TIME, _DOS_DATE, crc,
                 min(packed_size, _MAX_32), min(size, _MAX_32), len(name), len(central_extra), 0, 0, 0,
                 _REGULAR_FILE, min(offset, _MAX_32),
             )  # fmt: skip
