@@ -107,4 +107,6 @@ def test_the_viewer_shows_a_workers_tool_calls_and_a_gap_lines_reason_offline(ro
         finally:
             browser.close()
     assert left_the_machine == []
+    # The viewer served the assets inside the wheel; it says so when it had to fetch them instead.
+    assert "Serving static data from" not in (tmp_path / "inspect-view.log").read_text()
     assert sorted(path.name for path in artifacts.iterdir()) == ["gap-sample.png", "logs.png", "worker-log.png", "worker-sample.png"]
