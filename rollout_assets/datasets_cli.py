@@ -10,8 +10,8 @@ full disk, a quota, a size limit) is one line naming what was not written, as fo
 from __future__ import annotations
 
 import argparse
-import os
 import dataclasses
+import os
 import sys
 import tempfile
 from pathlib import Path
