@@ -30,12 +30,11 @@ from inspect_ai.log import (
 )
 from inspect_ai.model import ModelUsage
 
-from rollout_assets.inspect_logs.samples import REWARD_SCORE
+from rollout_assets.inspect_logs.samples import NO_MODEL, REWARD_SCORE
 from rollout_assets.inspect_logs.tally import LogTally
 
 # The ids of a log, from the round and the log's name: the same ledger gives the same header.
 _ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "tangle.rollout.v1/inspect-log")
-NO_MODEL = "none/none"  # Inspect's name for "no model"
 
 
 def _results(tally: LogTally) -> EvalResults:

@@ -29,6 +29,7 @@ from typing import Any
 from rollout_assets.inspect_logs.messages import chat_messages
 
 REWARD_SCORE = "reward"
+NO_MODEL = "none/none"  # Inspect's name for "no model"
 GAP_INPUT_PREFIX = "No transcript: "
 # Inspect cuts a summary's input at this length and appends its marker (log/_util.py).
 SUMMARY_INPUT_CHARS = 5120
@@ -172,8 +173,9 @@ def convert_line(line: dict[str, Any], place: LinePlace) -> ConvertedLine:
     metadata = _metadata(line, place)
     model = model_name(line["policy"])
     usage = model_usage(line["cost"])
-    usage_by_model = {model or "unknown": usage} if usage is not None else {}
+    usage_by_model = {model or NO_MODEL: usage} if usage is not None else {}
     wall_s = line["cost"]["wall_s"]
+    # Keys in the order Inspect's EvalSample dumps them, so the bytes are the ones Inspect writes.
     sample: dict[str, Any] = {
         "id": place.line,
         "epoch": 1,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rollout_assets.inspect_logs.samples import ConvertedLine
+from rollout_assets.inspect_logs.samples import NO_MODEL, ConvertedLine
 
 # ModelUsage's fields, summed per model across a log's samples.
 USAGE_FIELDS = (
@@ -76,7 +76,7 @@ class LogTally:
         if converted.model is not None:
             self.models[converted.model] += 1
         if converted.usage is not None:
-            self._add_usage(converted.model or "unknown", converted.usage)
+            self._add_usage(converted.model or NO_MODEL, converted.usage)
         self._add_capture_time(line["provenance"]["captured_at"])
 
     def _add_usage(self, model: str, usage: dict[str, Any]) -> None:
