@@ -61,12 +61,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rollout_assets.demo.ids import commit_sha
-
-if TYPE_CHECKING:  # plan.py imports this module: its types are only annotations here
-    from rollout_assets.demo.plan import Cell, RoundPlan, Shot
+from rollout_assets.demo.round_plan import Cell, RoundPlan, Shot
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,22 @@ import os
 import stat
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rollout_assets.io import is_number, is_record, read_json_or_none
 
-if TYPE_CHECKING:
-    from rollout_assets.sources.round.cells import CellRecord
+
+
+class CellRecord(Protocol):
+    """What the run folder readers need of a cell (cells.CellRecord has it): its cache file's
+    path, which names its round, and its runDir. A protocol, so cells.py imports this module
+    and not the other way round."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def run_dir(self) -> str | None: ...
 
 # Folders outside the round where run folders may live, colon-separated absolute paths.
 RUN_DIR_ROOTS_ENV = "ROLLOUT_RUN_DIR_ROOTS"
