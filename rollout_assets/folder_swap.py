@@ -18,13 +18,52 @@ import secrets
 import shutil
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from rollout_assets.ledger.io import write_lock
+from rollout_assets.paths import is_inside
+
+_SHOWN = 3  # names of foreign entries a refusal lists
 
 # Signals that would end the process between the two renames of a swap (leaving no folder at
 # the target): held back until the swap is done, then delivered.
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@dataclass(frozen=True)
+class OutputFolder:
+    """What a refusal to replace a folder says: what is written into it (`the training files`),
+    what to choose instead (`OUT_DIR`), what its foreign files are not (`no export writes`) and
+    which earlier folder may be replaced (`one an earlier export wrote`)."""
+
+    outputs: str
+    another: str
+    foreign: str
+    earlier: str
+    refused: type[Exception]
+
+
+def refuse_unless_replaceable(folder: Path, ledger: Path, kind: OutputFolder, is_own: Callable[[str], bool]) -> None:
+    """`kind.refused` unless `folder` may be replaced by the outputs of `ledger`: the ledger is
+    not inside it (symlinks followed), and it is missing, or a folder holding only names
+    `is_own` accepts."""
+    if is_inside(ledger, folder):
+        raise kind.refused(
+            f"refusing to write {kind.outputs} into {folder}: it holds the ledger {ledger} they are read from, "
+            f"and the folder is replaced whole; choose another {kind.another}"
+        )
+    if not os.path.lexists(folder):
+        return
+    if not os.path.isdir(folder):
+        raise kind.refused(f"refusing to replace {folder}: it is not a folder; choose another {kind.another}")
+    foreign = sorted(name for name in os.listdir(folder) if not is_own(name))
+    if foreign:
+        shown = ", ".join(foreign[:_SHOWN]) + (f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else "")
+        raise kind.refused(
+            f"refusing to replace {folder}: it holds files {kind.foreign} ({shown}), and the folder is replaced "
+            f"whole; give a new or empty folder, or {kind.earlier}"
+        )
 
 
 def _leftover_names(target: Path) -> re.Pattern[str]:

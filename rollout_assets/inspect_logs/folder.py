@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from rollout_assets.errors import RoundError
+from rollout_assets.folder_swap import OutputFolder
+from rollout_assets.folder_swap import refuse_unless_replaceable as check_replaceable
 from rollout_assets.inspect_logs.tally import LogTally
 from rollout_assets.ledger.snapshot import LedgerSnapshot
-from rollout_assets.paths import is_inside, real_path
+from rollout_assets.paths import real_path
 from rollout_assets.stages.layout import RoundOutputs
 
 RECORD_FILE = "built-from.json"
 LOG_SUFFIX = ".eval"
 # Raised whenever what a ledger line becomes in the logs changes: older logs are then stale.
 LAYOUT_VERSION = 1
-_SHOWN = 3  # names of foreign entries a refusal lists
 
 
 class InspectLogsRefused(RoundError, ValueError):
@@ -47,25 +48,19 @@ def _is_own(name: str) -> bool:
     return name == RECORD_FILE or (name.endswith(LOG_SUFFIX) and not name.startswith("."))
 
 
+_LOGS = OutputFolder(
+    outputs="the Inspect logs",
+    another="folder",
+    foreign="that are no Inspect logs of a ledger",
+    earlier="one these logs were written into",
+    refused=InspectLogsRefused,
+)
+
+
 def refuse_unless_replaceable(folder: Path, ledger: Path) -> None:
     """InspectLogsRefused unless `folder` may be replaced by the logs of `ledger`: the ledger is
     not inside it, and it is missing or a folder holding only logs and their record."""
-    if is_inside(ledger, folder):
-        raise InspectLogsRefused(
-            f"refusing to write the Inspect logs into {folder}: it holds the ledger {ledger} they are read from, "
-            "and the folder is replaced whole; choose another folder"
-        )
-    if not os.path.lexists(folder):
-        return
-    if not os.path.isdir(folder):
-        raise InspectLogsRefused(f"refusing to replace {folder}: it is not a folder; choose another folder")
-    foreign = sorted(name for name in os.listdir(folder) if not _is_own(name))
-    if foreign:
-        shown = ", ".join(foreign[:_SHOWN]) + (f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else "")
-        raise InspectLogsRefused(
-            f"refusing to replace {folder}: it holds files that are no Inspect logs of a ledger ({shown}), and the "
-            "folder is replaced whole; give a new or empty folder, or one these logs were written into"
-        )
+    check_replaceable(folder, ledger, _LOGS, _is_own)
 
 
 def _identity(stat: os.stat_result) -> list[int]:
