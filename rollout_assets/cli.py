@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Self
 # Only what parsing the arguments needs is imported here. The backfill and the line schema
 # (pydantic: most of the start-up time) are imported by the commands, inside main's handling
 # of Ctrl-C, so an interrupt right after Enter is one line too, not a traceback.
+from rollout_assets.cli_args import positive_int
 from rollout_assets.datasets_cli import add_dataset_commands, run_export, run_release
 from rollout_assets.io import to_indented_json
 from rollout_assets.paths import STREAM_KINDS, is_inside, special_file_kind, sqlite_files
@@ -59,16 +60,6 @@ if TYPE_CHECKING:
 
 class _UsageError(Exception):
     pass
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     backfill.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="worker processes (default: every core); the ledger is the same for any N",

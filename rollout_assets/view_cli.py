@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rollout_assets.cli_args import positive_int
+
 
 def _port(text: str) -> int:
     try:
@@ -28,16 +30,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
-
-
 def add_view_commands(commands: Any) -> None:
     """Add `inspect-logs` and `view` to the command line's subcommands (importing nothing heavy:
     the parser is built for every command)."""
@@ -45,7 +37,7 @@ def add_view_commands(commands: Any) -> None:
     logs.add_argument("ledger", metavar="LEDGER", help="a ledger file (tangle.rollout.v1 JSONL)")
     logs.add_argument("out_dir", metavar="OUT_DIR", help="the folder to write the logs into (replaced whole)")
     logs.add_argument(
-        "--workers", type=_workers, default=None, metavar="N", help="processes (default: every core); same logs for any N"
+        "--workers", type=positive_int, default=None, metavar="N", help="processes (default: every core); same logs for any N"
     )
     view = commands.add_parser(
         "view", help="open ledgers in Inspect's log viewer on 127.0.0.1, writing their logs when missing or stale"
