@@ -10,8 +10,6 @@ inspect-view/.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +19,14 @@ from rollout_assets.inspect_logs import write_inspect_logs
 from rollout_assets.inspect_logs.index import log_file_name
 from rollout_assets.inspect_logs.samples import GAP_INPUT_PREFIX
 from rollout_assets.inspect_logs.viewer import view_command
-from rollout_assets_tests.dagster_dev import PROJECT
 from rollout_assets_tests.inspect_ledgers import demo_ledgers, ledger_lines
 from rollout_assets_tests.inspect_viewer import viewer
-from rollout_assets_tests.test_ui import CHROMIUM, CHROMIUM_ARGS
+from rollout_assets_tests.test_ui import CHROMIUM, CHROMIUM_ARGS, artifacts_folder
 
 
 @pytest.fixture(scope="module")
 def artifacts() -> Path:
-    folder = Path(os.environ.get("ROLLOUT_TEST_ARTIFACTS", PROJECT / "test-artifacts")) / "inspect-view"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
+    return artifacts_folder("inspect-view")
 
 
 @pytest.fixture(scope="module")

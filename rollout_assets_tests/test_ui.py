@@ -48,12 +48,17 @@ LEDGER_CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def artifacts() -> Path:
-    folder = Path(os.environ.get("ROLLOUT_TEST_ARTIFACTS", PROJECT / "test-artifacts")) / "ui"
+def artifacts_folder(name: str) -> Path:
+    """A fresh folder for a browser test's screenshots (ROLLOUT_TEST_ARTIFACTS, else ./test-artifacts)."""
+    folder = Path(os.environ.get("ROLLOUT_TEST_ARTIFACTS", PROJECT / "test-artifacts")) / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    return artifacts_folder("ui")
 
 
 @pytest.fixture(scope="module")
