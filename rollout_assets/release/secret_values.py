@@ -31,6 +31,9 @@ _WORDS = re.compile(
     r"(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)(?:[._-](?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*))*"
 )
 _REFERENCE_START = ("$", "%", "@", "&", "*", "(", "[", "{", "<", "!")
+# The shell's working folders: `pwd` in their names is "print working directory", and every
+# `env` listing an agent runs holds them.
+_WORKING_FOLDER_NAMES = frozenset({"pwd", "oldpwd"})
 
 
 def is_stand_in(value: str) -> bool:
@@ -58,7 +61,7 @@ def random_tail(tail: str) -> bool:
 def quoted_value_is_secret(name: str, value: str) -> bool:
     """A quoted literal given to a secret-sounding name (`password = "..."`, `"apiKey": "..."`)."""
     value = value.strip()
-    if not value or is_stand_in(value):
+    if not value or is_stand_in(value) or name.lower() in _WORKING_FOLDER_NAMES:
         return False
     if STRONG_NAME.search(name):
         # A password may be any words, but a short word ("wrong", "admin" in a test) is a
@@ -72,7 +75,7 @@ def quoted_value_is_secret(name: str, value: str) -> bool:
 def bare_value_is_secret(name: str, value: str, syntax: str) -> bool:
     """An unquoted value: `syntax` is "env" (NAME=value, no spaces: a shell or .env literal, or a
     keyword argument), "yaml" (name: value) or "spaced" (name = value: code, or an INI line)."""
-    if not value or is_stand_in(value) or value.lower() in _CODE_WORDS:
+    if not value or is_stand_in(value) or value.lower() in _CODE_WORDS or name.lower() in _WORKING_FOLDER_NAMES:
         return False
     if value.lower() == name.lower().rsplit(".", 1)[-1].lstrip("_-"):  # password=password
         return False
