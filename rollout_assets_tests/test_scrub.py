@@ -60,6 +60,31 @@ def test_a_private_key_read_in_two_parts_loses_both_halves(seed: int) -> None:
     assert all("<REDACTED_PRIVATE_KEY>" in part for part in scrubbed)
 
 
+def _numbered(text: str, mark: str, first: int = 1) -> str:
+    """A file as a tool that numbers its lines shows it: Claude Code's Read (`     1\\t`, and
+    `     1→` in older versions), `cat -n`."""
+    return "".join(f"{n:6d}{mark}{line}\n" for n, line in enumerate(text.splitlines(), start=first))
+
+
+@pytest.mark.parametrize("mark", ["\t", "→"], ids=["tab", "arrow"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_private_key_read_with_numbered_lines_loses_its_body(mark: str, seed: int) -> None:
+    whole, body = FAMILIES["private-key"](random.Random(f"numbered-{seed}"))
+    head, tail, split_body = split_private_key(random.Random(f"numbered-{seed}"))
+    reads = {
+        "whole": (_numbered(whole, mark), body),
+        "head": (_numbered(head, mark), split_body[:3]),
+        "tail": (_numbered(tail, mark, first=5), split_body[3:]),
+    }
+    for read, (text, values) in reads.items():
+        for context, written in _contexts(text).items():
+            scrubbed = Scrubber().scrub(written)
+            assert "<REDACTED_PRIVATE_KEY>" in scrubbed, (read, context)
+            for line in values:
+                assert line not in scrubbed and json.dumps(line)[1:-1] not in scrubbed, (read, context, scrubbed)
+            assert Scrubber().secrets(scrubbed) == [], (read, context, scrubbed)
+
+
 def test_ordinary_code_passes_through_byte_for_byte() -> None:
     scrubber = Scrubber()
     for line in CODE.splitlines():

@@ -60,16 +60,30 @@ def _token(name: str, pattern: str, *hints: str) -> Rule:
 
 # Key material: a block of base64 lines. A private key read in parts (`head`, `tail` of
 # ~/.ssh/id_rsa) keeps its body in whichever message holds it, so the body is a secret beside
-# either marker, and a run of full-width key lines is a secret alone.
+# either marker, and a run of full-width key lines is a secret alone. A key read by a tool that
+# numbers its lines (Claude Code's Read, `cat -n`: spaces, the number, a tab or `→`) has that
+# number before each of its lines.
 _KEY_LINE = r"[A-Za-z0-9+/=]{16,}"
 _ARMOR = r"(?:[A-Za-z-]+: [^\n]*\n)"  # Proc-Type:, DEK-Info:, Comment:, Version: lines
 _BEGIN = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 _END = r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+_NUMBER = r"(?:[ \t]*\d+(?:\t|→))?"
 PRIVATE_KEY_RULES = (
-    _token("private-key", rf"{_BEGIN}[ \t]*\n?(?:{_ARMOR}|[ \t]*\n|{_KEY_LINE}[ \t]*\n?)*(?:{_END})?", "PRIVATE KEY"),
-    _token("private-key", rf"(?m)(?:^[ \t]*{_KEY_LINE}[ \t]*\n)+[ \t]*(?:=[A-Za-z0-9+/]{{4}}\n)?{_END}", "PRIVATE KEY"),
+    _token(
+        "private-key",
+        rf"{_BEGIN}[ \t]*\n?(?:{_NUMBER}(?:{_ARMOR}|[ \t]*\n|{_KEY_LINE}[ \t]*\n?))*(?:{_NUMBER}{_END})?",
+        "PRIVATE KEY",
+    ),
+    _token(
+        "private-key",
+        rf"(?m)(?:^{_NUMBER}[ \t]*{_KEY_LINE}[ \t]*\n)+{_NUMBER}[ \t]*(?:=[A-Za-z0-9+/]{{4}}\n{_NUMBER})?{_END}",
+        "PRIVATE KEY",
+    ),
     # Four or more full lines of PEM (64) or OpenSSH and PGP (70, 76) armor, markers elsewhere.
-    _token("private-key", r"(?m)(?:^[ \t]*(?:[A-Za-z0-9+/]{64}|[A-Za-z0-9+/]{70}|[A-Za-z0-9+/]{76})[ \t]*$\n?){4,}"),
+    _token(
+        "private-key",
+        rf"(?m)(?:^{_NUMBER}[ \t]*(?:[A-Za-z0-9+/]{{64}}|[A-Za-z0-9+/]{{70}}|[A-Za-z0-9+/]{{76}})[ \t]*$\n?){{4,}}",
+    ),
     _token("private-key", r"PuTTY-User-Key-File-\d+:[^\n]*\n(?:[A-Za-z-]+:[^\n]*\n|" + _KEY_LINE + r"\n?)*", "PuTTY"),
 )
 
