@@ -292,6 +292,10 @@ def test_store_schema_and_indexes(demo: DemoLayout, db: sqlite3.Connection) -> N
             "proposer shots",
         ),
         (RoundSpec(name="typo", edge_cases=False, fixes=frozenset({"error-nul"})), "unknown fixes"),
+        (
+            RoundSpec(name="lone", edge_cases=False, fixes=frozenset({"agent-file-of-another-session"})),
+            "needs another shot in the worktree",
+        ),
         (RoundSpec(name="a/b"), "plain directory name"),
         (RoundSpec(name="zero", reps=0), "reps must be >= 1"),
     ],
@@ -380,6 +384,8 @@ def test_files_are_utf8_json_except_the_planted_malformed_ones(demo: DemoLayout)
         sites(demo, ROUND_003)["receipt_not_json"].receipt_path,
         sites(demo, ROUND_003)["result-json-corrupt"].other_path,
     }
+    cut = sites(demo, ROUND_003)["truncated-transcript-line"]
+    cut_last_line = {cut.transcript_path, cut.other_path}
     bad = []
     for path in demo.root.rglob("*.json"):
         if not is_json(path.read_text(encoding="utf-8")) and path not in malformed:
@@ -387,7 +393,7 @@ def test_files_are_utf8_json_except_the_planted_malformed_ones(demo: DemoLayout)
     for path in demo.root.rglob("*.jsonl"):
         lines = path.read_text(encoding="utf-8").splitlines()
         garbage = [line for line in lines if not is_json(line)]
-        if path.name == "cost-ledger.jsonl":
+        if path.name == "cost-ledger.jsonl" or path in cut_last_line:
             assert len(garbage) == 1 and lines[-1] == garbage[0]
         elif garbage:
             bad.append(path)
@@ -502,8 +508,11 @@ def test_worker_session_shape(demo: DemoLayout, db: sqlite3.Connection) -> None:
 
 
 def test_ids_sort_chronologically(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    # All but the session of ids-times-disagree, whose prompt's id a client made on its own clock.
+    [(planted, *_)] = sessions_of(db, sites(demo, ROUND_003)["ids-times-disagree"].worker_cwd)
     for table in ("message", "part"):
-        times = [row[0] for row in db.execute(f"SELECT time_created FROM {table} ORDER BY id")]
+        rows = db.execute(f"SELECT time_created, session_id FROM {table} ORDER BY id").fetchall()
+        times = [time for time, session_id in rows if session_id != planted]
         assert times == sorted(times), table
     prefixes = {row[0][:4] for row in db.execute("SELECT id FROM session")}
     assert prefixes == {"ses_"}
@@ -706,8 +715,9 @@ def test_fix_empty_claude_transcript(demo: DemoLayout) -> None:
     assert len(talk) == 1 and [b["type"] for b in talk[0]["message"]["content"]] == ["image"]
     low, high = window_of(read_json(site.receipt_path)["receipt"])
     assert low <= first_timestamp(lines) <= high
-    others = [p for p in site.transcript_path.parent.iterdir() if p != site.transcript_path]
-    assert all(not low <= first_timestamp(jsonl(p)) <= high for p in others)
+    folder = site.transcript_path.parent
+    others = [p for p in folder.iterdir() if p != site.transcript_path and not p.name.startswith("agent-")]
+    assert all(not low <= first_timestamp(jsonl(p)) <= high for p in others)  # sessions; agent files are none
 
 
 def test_fix_empty_thinking_first_block(demo: DemoLayout) -> None:
@@ -764,6 +774,172 @@ def test_fix_result_json_corrupt(demo: DemoLayout, db: sqlite3.Connection) -> No
     site = fix_site(demo, "result-json-corrupt")
     assert site.other_path.is_file() and not is_json(site.other_path.read_text(encoding="utf-8"))
     assert len(sessions_of(db, site.worker_cwd)) == 1
+
+
+def epoch_ms(text: str) -> int:
+    return round(parse_iso(text) * 1000)
+
+
+def first_ms(path: Path) -> int:
+    return round(first_timestamp(jsonl(path)) * 1000)
+
+
+def assert_sub_agent_file(path: Path, session: Path) -> None:
+    """Claude Code 2.x's own file of a sub-agent: sidechain lines naming the session and the agent."""
+    lines = jsonl(path)
+    assert lines and all(line["isSidechain"] is True for line in lines)
+    assert {line["sessionId"] for line in lines} == {session.stem}
+    assert {line["agentId"] for line in lines} == {path.stem.removeprefix("agent-")}
+    assert lines[0]["parentUuid"] is None and [line["type"] for line in lines] == ["user", "assistant"]
+    assert not any(line.get("isSidechain") for line in jsonl(session))  # its lines are not inline too
+
+
+def test_fix_agent_file_of_another_session(demo: DemoLayout) -> None:
+    site = fix_site(demo, "agent-file-of-another-session")
+    folder = site.transcript_path.parent
+    assert site.other_path.parent == folder and site.other_path.name.startswith("agent-")
+    assert_sub_agent_file(site.other_path, site.transcript_path)
+    candidate = site.receipt_path.name.rsplit("-shot", 1)[0]
+    windows = [
+        window_of(read_json(p)["receipt"])
+        for p in site.receipt_path.parent.glob(f"{candidate}-shot*.json")
+        if p != site.receipt_path
+    ]
+    sessions = [p for p in folder.glob("*.jsonl") if p != site.transcript_path and not p.name.startswith("agent-")]
+    # Beside it, a session of another shot of the same worktree, in that shot's window.
+    assert any(low <= first_timestamp(jsonl(p)) <= high for p in sessions for low, high in windows)
+
+
+def test_fix_subagents_folder(demo: DemoLayout) -> None:
+    site = fix_site(demo, "subagents-folder")
+    session = site.transcript_path
+    assert site.other_path.parent == session.parent / session.stem / "subagents"
+    assert site.other_path.name.startswith("agent-")
+    assert_sub_agent_file(site.other_path, session)
+    versions = {line["version"] for line in jsonl(session) + jsonl(site.other_path) if "version" in line}
+    assert len(versions) == 1 and versions.pop().startswith("2.1.")
+
+
+def test_fix_streamed_usage(demo: DemoLayout) -> None:
+    lines = jsonl(fix_site(demo, "streamed-usage").transcript_path)
+    usages: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        if line["type"] == "assistant":
+            usages.setdefault(line["message"]["id"], []).append(line["message"]["usage"])
+    streamed = [found for found in usages.values() if len(found) > 1]
+    assert streamed
+    for found in streamed:
+        outputs = [usage["output_tokens"] for usage in found]
+        assert outputs[0] == 1 and outputs == sorted(outputs) and outputs[-2] < outputs[-1]
+        # Only output_tokens grows; the input and cache counts repeat.
+        assert all({**usage, "output_tokens": 0} == {**found[-1], "output_tokens": 0} for usage in found)
+    assert all(line["version"].startswith("1.0.") for line in lines if "version" in line)
+
+
+def test_fix_tied_transcripts(demo: DemoLayout) -> None:
+    site = fix_site(demo, "tied-transcripts")
+    receipt = read_json(site.receipt_path)["receipt"]
+    started = epoch_ms(receipt["startedAt"])
+    own, tied = first_ms(site.transcript_path), first_ms(site.other_path)
+    assert site.other_path.parent == site.transcript_path.parent
+    assert own - started == started - tied > 0
+    low, high = window_of(receipt)
+    assert low * 1000 <= tied and own <= high * 1000
+
+
+def test_fix_edge_of_window_transcript(demo: DemoLayout) -> None:
+    site = fix_site(demo, "edge-of-window-transcript")
+    receipt = read_json(site.receipt_path)["receipt"]
+    assert site.other_path.parent == site.transcript_path.parent
+    assert first_ms(site.transcript_path) == epoch_ms(receipt["startedAt"]) - 120_000
+    assert first_ms(site.other_path) == epoch_ms(receipt["completedAt"]) + 120_001
+
+
+def test_fix_truncated_transcript_line(demo: DemoLayout) -> None:
+    site = fix_site(demo, "truncated-transcript-line")
+    receipt = read_json(site.receipt_path)["receipt"]
+    assert "startedAt" not in receipt and "completedAt" not in receipt and receipt["exitCode"] == 137
+    *whole, cut = site.transcript_path.read_text(encoding="utf-8").split("\n")
+    assert all(is_json(line) for line in whole) and cut.startswith("{") and not is_json(cut)
+    only = site.other_path.read_text(encoding="utf-8")
+    assert "\n" not in only and only.startswith("{") and not is_json(only)
+    assert sorted(site.transcript_path.parent.iterdir()) == sorted([site.transcript_path, site.other_path])
+
+
+def planted_session(db: sqlite3.Connection, demo: DemoLayout, case: str) -> str:
+    """The one session of the worker cwd where round-003 plants `case`."""
+    [(session_id, *_)] = sessions_of(db, fix_site(demo, case).worker_cwd)
+    return session_id
+
+
+def test_fix_system_prompt(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    site = fix_site(demo, "system-prompt")
+    messages = [json.loads(data) for _, data in message_rows(db, planted_session(db, demo, "system-prompt"))]
+    assistant = [m for m in messages if m["role"] == "assistant"]
+    assert assistant and all(m["system"] and all(isinstance(s, str) for s in m["system"]) for m in assistant)
+    assert any(site.worker_cwd in text for text in assistant[-1]["system"])
+    assert not any("system" in m for m in messages if m["role"] == "user")
+
+
+def test_fix_ignored_parts(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    rows = message_rows(db, planted_session(db, demo, "ignored-parts"))
+    users = [message_id for message_id, data in rows if json.loads(data)["role"] == "user"]
+    assert len(users) == 2 and rows[-1][0] == users[1]  # the status message comes after the answer
+    prompt = [json.loads(p) for p in part_rows(db, users[0])]
+    assert [p["type"] for p in prompt] == ["text", "text", "text", "text", "file"]
+    assert prompt[2]["text"].startswith("Called the Read tool with the following input: ")
+    assert all(p.get("synthetic") is True for p in prompt[1:4]) and prompt[4]["mime"] == "text/plain"
+    [status] = [json.loads(p) for p in part_rows(db, users[1])]
+    assert status["type"] == "text" and status["ignored"] is True and status["text"]
+
+
+def test_fix_multi_tool_step(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    parts = session_parts(db, planted_session(db, demo, "multi-tool-step"))
+    kinds = [p["type"] for p in parts]
+    first_step = parts[kinds.index("step-start") : kinds.index("step-finish")]
+    tools = [p for p in first_step if p["type"] == "tool"]
+    assert len(tools) == 2 and len({t["callID"] for t in tools}) == 2
+    assert all(t["state"]["status"] == "completed" for t in tools)
+
+
+def test_fix_ids_times_disagree(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    rows = message_rows(db, planted_session(db, demo, "ids-times-disagree"))  # by time, then id
+    by_time = [message_id for message_id, _ in rows]
+    prompt = by_time[0]
+    assert json.loads(rows[0][1])["role"] == "user"
+    assert sorted(by_time) != by_time and sorted(by_time).index(prompt) > 0
+    assert sorted(by_time[1:]) == by_time[1:]  # only the prompt's id is out of place
+
+
+def test_fix_duplicate_transcripts(demo: DemoLayout, db: sqlite3.Connection) -> None:
+    site = fix_site(demo, "duplicate-transcripts")
+    records = [read_json(p) | {"dir": p.parent} for p in site.campaign_dir.glob("*/cached-result.json")]
+    baseline = sorted(records, key=lambda r: (r["scenarioId"], r["rep"]))
+    assert baseline[1]["dir"] == site.cell_dir  # the second by (scenarioId, rep)
+    record = baseline[1]
+    assert record["artifact"]["resolved"] is True
+    assert record["judgeScores"]["swe-arena-official-judge"]["composite"] == 1.0
+    result = result_json(site.cell_dir)
+    cwds = result["recoveredSpend"]["workerCwds"]
+    assert cwds[0] == site.worker_cwd and result["subtasks"][0]["title"] == result["subtasks"][1]["title"]
+    texts = []
+    for cwd in cwds[:2]:
+        [(session_id, *_)] = sessions_of(db, cwd)
+        parts = session_parts(db, session_id)
+        assert [p["type"] for p in parts] == ["text", "text", "step-start", "text", "step-finish"]
+        name = cwd.rsplit("/", 1)[-1]
+        said = [p["text"] for p in parts if p["type"] == "text"]
+        texts.append([text.replace(cwd, "<CWD>").replace(name, "<NAME>") for text in said])
+    assert texts[0] == texts[1]
+
+
+def test_fix_timed_out_exit_zero(demo: DemoLayout) -> None:
+    site = fix_site(demo, "timed-out-exit-zero")
+    receipt = read_json(site.receipt_path)["receipt"]
+    assert receipt["timedOut"] is True and receipt["exitCode"] == 0 and receipt["killedBySignal"] is None
+    assert receipt["error"] == {"name": "Error", "message": "agenticGenerator: author shot timed out"}
+    low, high = window_of(receipt)
+    assert low <= first_timestamp(jsonl(site.transcript_path)) <= high
 
 
 def test_docstring_table_matches_the_sites_of_the_default_rounds(demo: DemoLayout) -> None:

@@ -53,7 +53,14 @@ def small_round(name: str, fixes: frozenset[str] = frozenset(), **sizes: Any) ->
     return RoundSpec(name=name, fixes=fixes, seed=7, **shape)
 
 
-FIX_ROUNDS = {fix: small_round(f"fix-{fix}", frozenset({fix})) for fix in sorted(FIX_CASES)}
+# A fix that needs a larger round than the smallest: its sizes (the demo refuses it smaller).
+FIX_SIZES: dict[str, dict[str, Any]] = {
+    "agent-file-of-another-session": {"shots_per_candidate": 2},
+    "duplicate-transcripts": {"workers_per_cell": 2},
+}
+FIX_ROUNDS = {
+    fix: small_round(f"fix-{fix}", frozenset({fix}), **FIX_SIZES.get(fix, {})) for fix in sorted(FIX_CASES)
+}
 PLAIN_ROUND = small_round("plain")
 EDGE_ROUND = RoundSpec(name="edge-no-fixes", seed=1)
 

@@ -28,19 +28,23 @@ Modules, one job each:
 
     generate.py            write_demo, edge_case_sites, DemoLayout: the entry points
     plan.py                RoundSpec, DEFAULT_ROUNDS and a round's structure and paths
-    planted.py             the planted cases: catalogue, assignment, sites
+    planted.py             the planted cases: catalogue and assignment
+    case_sites.py          where each planted case lands in a written round
     rounds.py              one round's outDir, writers called in the order of the random draws
     cells.py               one cell's files and its worker sessions
     opencode_store.py      the opencode schema and its session/message/part rows
+    session_edits.py       a planted edit of one session's rows before they are written
     worker_text.py         what a worker session's prompt and tool calls say
     shots.py               one proposer shot's receipt and transcript files
     claude_transcripts.py  the lines of a Claude Code session file
+    leaks.py               the planted secrets: their values and the tool calls that leak them
     world.py, ids.py, files.py  the clock and models, hash-derived ids, file writing
 """
 
 from rollout_assets.demo.generate import DemoLayout, edge_case_sites, write_demo
 from rollout_assets.demo.plan import DEFAULT_ROUNDS, RoundSpec
-from rollout_assets.demo.planted import EDGE_CASE_LOCATIONS, FIX_CASES, EdgeCaseSite
+from rollout_assets.demo.case_sites import EdgeCaseSite
+from rollout_assets.demo.planted import EDGE_CASE_LOCATIONS, FIX_CASES
 from rollout_assets.demo.world import NON_ASCII_SAMPLE
 
 __all__ = [

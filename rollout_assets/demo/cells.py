@@ -115,6 +115,8 @@ def _cell_record(
     if "cell_without_reward" in cell.cases:
         # The judge never returned: no score, and `resolved` is unknown rather than false.
         resolved, verify_pass, judge_scores = None, None, None
+    if "duplicate-transcripts" in cell.cases:  # resolved (after the draws): both answers qualify
+        resolved, verify_pass, judge_scores = True, True, {OFFICIAL_JUDGE: {"composite": 1.0}}
     spent_tokens = tokens_in + tokens_out
     worker_tok_in = rng.randint(100_000, 2_000_000)
     worker_tok_out = rng.randint(5_000, 80_000)
@@ -243,6 +245,9 @@ def _supervisor_result(
         listed.insert(1, None)
     running = "sup_status_running" in cell.cases
     workers = len(worker_cwds)
+    titles = subtask_titles(workers)
+    if "duplicate-transcripts" in cell.cases:
+        titles[1] = titles[0]  # the supervisor gave its first subtask to a second worker as well
     return {
         "sup_status": "running" if running else "done",
         "sup_verdict": None if running else ("resolved" if artifact["resolved"] else "unresolved"),
@@ -251,7 +256,7 @@ def _supervisor_result(
         "settled": max(workers - 1, 0) if running else workers,
         "subtasks": [
             {"id": f"t{k + 1}", "title": title, "status": "done", "worker": cwd.rsplit("/", 1)[-1]}
-            for k, (title, cwd) in enumerate(zip(subtask_titles(workers), worker_cwds))
+            for k, (title, cwd) in enumerate(zip(titles, worker_cwds))
         ],
         "recoveredSpend": {
             "workerCwds": listed,
@@ -267,7 +272,7 @@ def _write_worker_sessions(cell: Cell, worker_cwds: list[str], store: SessionWri
     for k, cwd in enumerate(worker_cwds):
         if "cwd_without_session" in cell.cases and k == len(worker_cwds) - 1:
             continue  # the worker died before opencode created its session
-        shape = session_shape(cell.cases) if k == 0 else SessionShape()
+        shape = session_shape(cell.cases, k)
         start = cell.start_ms + 15 * SECOND + k * 20 * SECOND
         session_id = store.add_session(cell, k, cwd, start, shape)
         if k == 0 and "cwd_with_two_sessions" in cell.cases:

@@ -4,17 +4,20 @@ OWNS the line format as Claude Code writes it (summary and queue-operation lines
 one assistant line per content block of an API message sharing its id and usage, sidechain
 lines of a sub-agent) and the conversation of a proposer shot: read the profile, ask a
 sub-agent, edit, commit, report. Transcript-level planted cases (an image-only session, an
-empty first thinking block, a `<synthetic>` API-error message) are drawn here; where the files
-go is the plan's (`RoundPlan.transcript_path`).
+empty first thinking block, a `<synthetic>` API-error message, usage written as it streamed, a
+sub-agent in a file of its own) are drawn here; where the files go is the plan's
+(`RoundPlan.transcript_path`).
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rollout_assets.demo.ids import digest, uuid_of
+from rollout_assets.demo.leaks import round_leaks
 from rollout_assets.demo.plan import RoundPlan, Shot
 from rollout_assets.demo.world import (
     CLAUDE_CODE_VERSION,
@@ -24,6 +27,12 @@ from rollout_assets.demo.world import (
     SYNTHETIC_MODEL,
     iso,
 )
+
+# Claude Code 1.0.x wrote the block lines of an API message as the response streamed
+# (docs/input-formats.md §5, Usage); 2.1.x writes a sub-agent's lines to
+# `<session id>/subagents/agent-<agentId>.jsonl` (§5, Sub-agent conversations).
+STREAMING_VERSION = "1.0.58"
+SUBAGENTS_FOLDER_VERSION = "2.1.9"
 
 
 def last_timestamp_ms(lines: list[dict[str, Any]]) -> int:
@@ -36,26 +45,41 @@ def last_timestamp_ms(lines: list[dict[str, Any]]) -> int:
 class _TranscriptBuilder:
     """Lines of one Claude Code session file, chained by uuid/parentUuid like the real thing."""
 
-    def __init__(self, session_id: str, cwd: str, branch: str, t: int, rng: random.Random):
+    def __init__(
+        self,
+        session_id: str,
+        cwd: str,
+        branch: str,
+        t: int,
+        rng: random.Random,
+        *,
+        seed: str | None = None,
+        version: str = CLAUDE_CODE_VERSION,
+        agent_id: str | None = None,
+    ):
         self.session_id = session_id
         self.cwd = cwd
         self.branch = branch
         self.t = t
         self.rng = rng
+        self.seed = session_id if seed is None else seed  # of its uuids and ids: one per file
+        self.version = version
+        self.agent_id = agent_id  # a sub-agent's own file: every line names its agentId
+        self.streamed = version == STREAMING_VERSION
         self.lines: list[dict[str, Any]] = []
         self._parent: str | None = None
         self._count = 0
 
     def _base(self, kind: str, sidechain: bool) -> dict[str, Any]:
         self._count += 1
-        uuid = uuid_of(self.session_id, self._count)
+        uuid = uuid_of(self.seed, self._count)
         line = {
             "parentUuid": self._parent,
             "isSidechain": sidechain,
             "userType": "external",
             "cwd": self.cwd,
             "sessionId": self.session_id,
-            "version": CLAUDE_CODE_VERSION,
+            "version": self.version,
             "gitBranch": self.branch,
             "type": kind,
             "uuid": uuid,
@@ -79,8 +103,8 @@ class _TranscriptBuilder:
     ) -> None:
         """One API message, written as one line per content block sharing id and usage."""
         self._count += 1
-        message_id = "msg_01" + digest(self.session_id, "msg", self._count)[:22]
-        request_id = "req_011C" + digest(self.session_id, "req", self._count)[:20]
+        message_id = "msg_01" + digest(self.seed, "msg", self._count)[:22]
+        request_id = "req_011C" + digest(self.seed, "req", self._count)[:20]
         usage = {
             "input_tokens": self.rng.randint(3, 4_000),
             "output_tokens": self.rng.randint(20, 2_500),
@@ -90,7 +114,7 @@ class _TranscriptBuilder:
         }
         if model == SYNTHETIC_MODEL:
             usage = {key: 0 for key in usage if key != "service_tier"}
-        for block in blocks:
+        for number, block in enumerate(blocks):
             line = self._base("assistant", sidechain)
             line["message"] = {
                 "id": message_id,
@@ -100,14 +124,23 @@ class _TranscriptBuilder:
                 "content": [block],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": usage,
+                "usage": self._usage_so_far(usage, number, len(blocks)),
             }
             line["requestId"] = request_id
             line.update(extra)
             self.lines.append(line)
 
+    def _usage_so_far(self, usage: dict[str, Any], number: int, blocks: int) -> dict[str, Any]:
+        """The usage on block line `number` of `blocks`: the final one, except when streamed
+        (1.0.x), where a line before the last carries the output tokens so far, growing from 1
+        (the input and cache counts repeat)."""
+        if not self.streamed or number == blocks - 1:
+            return usage
+        final = usage["output_tokens"]
+        return {**usage, "output_tokens": 1 + (final - 1) * number // (blocks - 1)}
+
     def tool_id(self, name: str) -> str:
-        return "toolu_01" + digest(self.session_id, "tool", name, len(self.lines))[:22]
+        return "toolu_01" + digest(self.seed, "tool", name, len(self.lines))[:22]
 
 
 def _thinking(text: str, session_id: str) -> dict[str, Any]:
@@ -131,6 +164,15 @@ def _tool_result(tool_id: str, content: str | list[dict[str, Any]]) -> list[dict
 _TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
+@dataclass
+class ProposerSession:
+    """The lines of a proposer's session file, and those of its Task sub-agent's own file when
+    they are written apart from it (Claude Code 2.x: `agent-<agentId>.jsonl`), else none."""
+
+    lines: list[dict[str, Any]]
+    agent_lines: list[dict[str, Any]] = field(default_factory=list)
+
+
 def proposer_transcript(
     plan: RoundPlan,
     shot: Shot,
@@ -139,10 +181,24 @@ def proposer_transcript(
     prompt: str,
     rng: random.Random,
     variant: str = "main",
-) -> list[dict[str, Any]]:
-    """A proposer session file: summary and queue lines, then the conversation."""
+    agent_id: str | None = None,
+) -> ProposerSession:
+    """A proposer session file: summary and queue lines, then the conversation. With `agent_id`,
+    the sub-agent's lines go to its own file's lines (`agentId`, the session's `sessionId`)."""
     worktree = str(plan.worktree(shot))
-    builder = _TranscriptBuilder(session_id, worktree, shot.candidate_id, start_ms, rng)
+    planted = shot.cases if variant == "main" else set()
+    version = CLAUDE_CODE_VERSION
+    if "streamed-usage" in planted:
+        version = STREAMING_VERSION
+    elif "subagents-folder" in planted:
+        version = SUBAGENTS_FOLDER_VERSION
+    builder = _TranscriptBuilder(session_id, worktree, shot.candidate_id, start_ms, rng, version=version)
+    agent = None
+    if agent_id is not None:
+        seed = f"{session_id}/agent-{agent_id}"
+        agent = _TranscriptBuilder(
+            session_id, worktree, shot.candidate_id, start_ms, rng, seed=seed, version=version, agent_id=agent_id
+        )
     summary = f"Propose {shot.candidate_id} supervisor change"
     builder.raw({"type": "summary", "summary": summary, "leafUuid": uuid_of(session_id, "leaf")})
     builder.raw(
@@ -154,22 +210,27 @@ def proposer_transcript(
             "content": prompt,
         }
     )
-    planted = shot.cases if variant == "main" else set()
     if "empty-claude-transcript" in planted:
         # A pasted screenshot, then the session was closed before any reply.
         image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _TINY_PNG}}
         builder.user([image])
-        return builder.lines
+        return ProposerSession(builder.lines)
     builder.user(prompt)
-    _proposer_turns(builder, plan, shot, planted)
+    _proposer_turns(builder, plan, shot, planted, agent)
     if "synthetic-model" in planted:
         # Claude Code makes this message up itself when the API call fails.
         overloaded = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error"}}'
         builder.assistant([_text(overloaded)], model=SYNTHETIC_MODEL, isApiErrorMessage=True)
-    return builder.lines
+    return ProposerSession(builder.lines, agent.lines if agent is not None else [])
 
 
-def _proposer_turns(builder: _TranscriptBuilder, plan: RoundPlan, shot: Shot, planted: set[str]) -> None:
+def _proposer_turns(
+    builder: _TranscriptBuilder,
+    plan: RoundPlan,
+    shot: Shot,
+    planted: set[str],
+    agent: _TranscriptBuilder | None = None,
+) -> None:
     """Read the profile, ask a sub-agent, edit, commit, report: one API message per call."""
     session_id = builder.session_id
     profile = f"{builder.cwd}/profiles/swe/supervisor.md"
@@ -189,19 +250,10 @@ def _proposer_turns(builder: _TranscriptBuilder, plan: RoundPlan, shot: Shot, pl
     )
     file_info = {"type": "text", "file": {"filePath": profile, "numLines": 3}}
     builder.user(_tool_result(read_id, profile_text), toolUseResult=file_info)
+    if "planted_secrets" in planted:
+        _leaking_turns(builder, plan)
 
-    task_id = builder.tool_id("Task")
-    task_prompt = "Summarise which baseline cells failed and why, from improve-run/baseline."
-    task_input = {
-        "description": "Survey baseline failures",
-        "prompt": task_prompt,
-        "subagent_type": "general-purpose",
-    }
-    builder.assistant([_tool_use(task_id, "Task", task_input)])
-    finding = "Two of three failures patched before reproducing the bug."
-    builder.user(task_prompt, sidechain=True)
-    builder.assistant([_text(finding)], sidechain=True)
-    builder.user(_tool_result(task_id, [_text(finding)]))
+    _task_call(builder, agent)
 
     edit_id = builder.tool_id("Edit")
     edit_input = {
@@ -224,6 +276,43 @@ def _proposer_turns(builder: _TranscriptBuilder, plan: RoundPlan, shot: Shot, pl
     builder.assistant([_text(f"Committed the candidate change ({NON_ASCII_SAMPLE}): {message}.")])
 
 
+def _task_call(builder: _TranscriptBuilder, agent: _TranscriptBuilder | None) -> None:
+    """Ask a sub-agent (the Task tool): the call, the sub-agent's conversation, its result."""
+    task_id = builder.tool_id("Task")
+    task_prompt = "Summarise which baseline cells failed and why, from improve-run/baseline."
+    task_input = {
+        "description": "Survey baseline failures",
+        "prompt": task_prompt,
+        "subagent_type": "general-purpose",
+    }
+    builder.assistant([_tool_use(task_id, "Task", task_input)])
+    finding = "Two of three failures patched before reproducing the bug."
+    _sub_agent(builder, agent, task_prompt, finding)
+    builder.user(_tool_result(task_id, [_text(finding)]))
+
+
+def _sub_agent(builder: _TranscriptBuilder, agent: _TranscriptBuilder | None, prompt: str, finding: str) -> None:
+    """The Task sub-agent's conversation: inline sidechain lines of the session (1.0.x), or the
+    lines of its own file (`agent`, 2.x), its first line's parentUuid null, each with its agentId."""
+    if agent is None:
+        builder.user(prompt, sidechain=True)
+        builder.assistant([_text(finding)], sidechain=True)
+        return
+    agent.t = builder.t
+    agent.user(prompt, sidechain=True, agentId=agent.agent_id)
+    agent.assistant([_text(finding)], sidechain=True, agentId=agent.agent_id)
+    builder.t = agent.t
+
+
+def opening_line(
+    plan: RoundPlan, shot: Shot, session_id: str, start_ms: int, prompt: str, rng: random.Random
+) -> dict[str, Any]:
+    """The first line of a session file: the user's prompt."""
+    builder = _TranscriptBuilder(session_id, str(plan.worktree(shot)), shot.candidate_id, start_ms, rng)
+    builder.user(prompt)
+    return builder.lines[0]
+
+
 def sidechain_only_lines(
     plan: RoundPlan, shot: Shot, file_stem: str, start_ms: int, rng: random.Random
 ) -> list[dict[str, Any]]:
@@ -238,3 +327,16 @@ def sidechain_only_lines(
         [{"type": "text", "text": "Most failures skip reproduction."}], sidechain=True, agentId=agent_id
     )
     return builder.lines
+
+
+def _leaking_turns(builder: _TranscriptBuilder, plan: RoundPlan) -> None:
+    """A proposer's detour that leaks the round's secrets (leaks.py): a call and its result
+    each. Their times and token counts come from the leaks' own stream, so the round's later
+    values stay as they were."""
+    leaks = round_leaks(plan.spec)
+    main_rng, builder.rng = builder.rng, leaks.rng()
+    for call in leaks.proposer_calls(builder.cwd):
+        call_id = builder.tool_id(call.tool)
+        builder.assistant([_text(call.note), _tool_use(call_id, call.tool, call.input)])
+        builder.user(_tool_result(call_id, call.output))
+    builder.rng = main_rng

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rollout_assets.demo.opencode_store import check_store_schema, create_store_schema
 from rollout_assets.demo.plan import DEFAULT_ROUNDS, RoundPlan, RoundSpec, plan_round
-from rollout_assets.demo.planted import EdgeCaseSite, case_sites
+from rollout_assets.demo.case_sites import EdgeCaseSite, case_sites
 from rollout_assets.demo.rounds import write_round
 
 

@@ -4,7 +4,8 @@ OWNS the `session`/`message`/`part` tables (current schema, or the legacy one wi
 and token columns), the sortable row ids, and the shape of a worker session: a user prompt, then
 assistant messages of steps (reasoning, text, one tool call, step-finish, patch or snapshot),
 with their token counts and costs. What the parts say is worker_text.py's; a session's planted
-defects come as a `SessionShape` (planted.py).
+defects come as a `SessionShape` (planted.py), and the one that cuts a written session down to
+one answer is session_edits.py's.
 """
 
 from __future__ import annotations
@@ -17,10 +18,25 @@ from typing import Any
 
 from rollout_assets.demo.files import compact
 from rollout_assets.demo.ids import digest
+from rollout_assets.demo.leaks import RoundLeaks
 from rollout_assets.demo.plan import Cell
 from rollout_assets.demo.planted import SessionShape
-from rollout_assets.demo.worker_text import TOOLS, tool_call, worker_prompt
+from rollout_assets.demo.session_edits import cut_to_one_answer
+from rollout_assets.demo.worker_text import (
+    PLUGIN_STATUS_TEXT,
+    TOOLS,
+    answer_text,
+    attached_file_parts,
+    second_tool_call,
+    system_prompt,
+    tool_call,
+    worker_prompt,
+)
 from rollout_assets.demo.world import WORKER_MODELS
+
+# How far ahead of the opencode server's clock the client that named the prompt ran: the
+# client's id (`PromptInput.messageID`) sorts after the server's later assistant messages.
+_CLIENT_CLOCK_AHEAD_MS = 90_000
 
 _COST_COLUMNS = (
     "cost",
@@ -131,8 +147,10 @@ class SessionWriter:
         ids: IdSequence,
         rng: random.Random,
         steps_per_session: int,
+        leaks: RoundLeaks | None = None,
     ):
         self._connection = connection
+        self._leaks = leaks  # what a session of the planted_secrets case leaks
         self._steps_per_session = steps_per_session
         self._legacy = legacy
         self._ids = ids
@@ -171,6 +189,9 @@ class SessionWriter:
             t = self._malformed_messages(session_id, t)
         elif not shape.no_messages:
             t = self._conversation(session_id, cell, worker, cwd, t, shape, (model_id, provider_id), totals)
+            if shape.answer_only:
+                spend = cut_to_one_answer(self._messages, self._parts, session_id, answer_text(cell))
+                totals = _tokens_of(spend["cost"], spend["tokens"])
         end_ms = t + rng.randint(40, 900)
         if shape.half_second_wall:
             # A wall time of n.5 s: JavaScript's Math.round goes up, Python's round() goes to even.
@@ -187,8 +208,9 @@ class SessionWriter:
             self.flush()
         return session_id
 
-    def _message(self, session_id: str, t: int, data: str) -> str:
-        message_id = self._ids.next("msg", t)
+    def _message(self, session_id: str, t: int, data: str, id_ms: int | None = None) -> str:
+        """A message row at `t`, its id made at `id_ms` (by default `t`)."""
+        message_id = self._ids.next("msg", t if id_ms is None else id_ms)
         self._messages.append((message_id, session_id, t, data))
         return message_id
 
@@ -215,12 +237,19 @@ class SessionWriter:
         totals: _Tokens,
     ) -> int:
         rng = self._rng
-        user_id = self._message(
-            session_id, t, compact({"role": "user", "time": {"created": t}, "agent": "build"})
-        )
-        self._part(session_id, user_id, t + 1, compact({"type": "text", "text": worker_prompt(cell, cwd, worker)}))
+        # opencode stamps `time.created` with the server's clock but keeps an id the client chose
+        # (`id: input.messageID ?? Identifier.ascending("message")` in createUserMessage,
+        # packages/opencode/src/session/prompt.ts): a client clock ahead makes the ids disagree.
+        id_ms = t + _CLIENT_CLOCK_AHEAD_MS if shape.client_message_id else None
+        user_id = self._message(session_id, t, _user_message(t), id_ms)
+        subtask = worker if shape.subtask is None else shape.subtask
+        prompt = worker_prompt(cell, cwd, subtask)
+        self._part(session_id, user_id, t + 1, compact({"type": "text", "text": prompt}))
         context = f"<context>\nrepository clone: {cwd}\nfile under suspicion: {cell.touched_file}\n</context>"
         self._part(session_id, user_id, t + 2, compact({"type": "text", "text": context, "synthetic": True}))
+        if shape.ignored_parts:
+            for k, part in enumerate(attached_file_parts(cell, cwd)):
+                self._part(session_id, user_id, t + 3 + k, compact(part))
         t += rng.randint(300, 2_000)
         if shape.malformed_message:
             self._message(session_id, t, '{"role":"assistant","time":{"created":' + str(t) + ',"compl')
@@ -233,6 +262,12 @@ class SessionWriter:
                 session_id, user_id, cell, cwd, t, shape, model, totals, step, in_message, steps
             )
             step += in_message
+        if shape.ignored_parts:
+            # A plugin's status message after the answer: a user message of one ignored text part.
+            status_id = self._message(session_id, t, _user_message(t))
+            status = {"type": "text", "text": PLUGIN_STATUS_TEXT, "ignored": True}
+            self._part(session_id, status_id, t + 1, compact(status))
+            t += 2
         return t
 
     def _assistant_message(
@@ -261,9 +296,12 @@ class SessionWriter:
             used.add(step_tokens)
             finish = "stop" if last else "tool-calls"
         totals.add(used)
-        data = {
-            "role": "assistant",
-            "time": {"created": created, "completed": t},
+        data: dict[str, Any] = {"role": "assistant", "time": {"created": created, "completed": t}}
+        if shape.system_prompt:
+            # Older opencode kept the system messages it sent on every assistant message
+            # (`system: z.string().array()` on Assistant, packages/opencode/src/session/message-v2.ts).
+            data["system"] = system_prompt(cwd)
+        data |= {
             "parentID": parent_id,
             "modelID": model[0],
             "providerID": model[1],
@@ -312,6 +350,11 @@ class SessionWriter:
             if step == 0 and (shape.long_tool_output or shape.object_tool_output):
                 tool = "bash" if shape.long_tool_output else "todowrite"
             t = self._tool_part(session_id, message_id, cell, cwd, t, tool, shape if step == 0 else None)
+            if step == 0 and shape.multi_tool_step:
+                # Two tool calls in one model response: opencode stores a tool part for each in the step.
+                end = t + 640
+                self._tool_row(session_id, message_id, t, end, "grep", second_tool_call(cell, cwd))
+                t = end + 60
             edited = tool == "edit"
         tokens = _step_tokens(rng)
         finish = {
@@ -341,7 +384,20 @@ class SessionWriter:
     ) -> int:
         rng = self._rng
         tool_input, output, title = tool_call(cell, cwd, tool, rng, shape)
+        if shape is not None and shape.leaked_secrets and self._leaks is not None:
+            # In place of the drawn call, whose values were drawn all the same: the round's later
+            # values stay as they were.
+            leak = self._leaks.worker_call(cell.scenario_id)
+            tool, tool_input, output, title = leak.tool, leak.input, leak.output, leak.note
         end = t + rng.randint(80, 12_000)
+        self._tool_row(session_id, message_id, t, end, tool, (tool_input, output, title))
+        return end + rng.randint(50, 800)
+
+    def _tool_row(
+        self, session_id: str, message_id: str, t: int, end: int, tool: str, call: tuple[Any, Any, str]
+    ) -> None:
+        """A completed tool part of `call` = (input, output, title), run from `t` to `end`."""
+        tool_input, output, title = call
         call_id = "toolu_01" + digest(session_id, message_id, t)[:22]
         state = {
             "status": "completed",
@@ -357,7 +413,17 @@ class SessionWriter:
             t,
             compact({"type": "tool", "callID": call_id, "tool": tool, "state": state}),
         )
-        return end + rng.randint(50, 800)
+
+
+def _user_message(t: int) -> str:
+    return compact({"role": "user", "time": {"created": t}, "agent": "build"})
+
+
+def _tokens_of(cost: float, tokens: dict[str, Any]) -> _Tokens:
+    """The spend a step-finish part records, as `_Tokens`."""
+    cache = tokens["cache"]
+    counts = (tokens["input"], tokens["output"], tokens["reasoning"], cache["read"], cache["write"])
+    return _Tokens(*counts, cost=cost)
 
 
 def _step_tokens(rng: random.Random) -> _Tokens:

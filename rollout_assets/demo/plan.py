@@ -31,7 +31,8 @@ DEFAULT_ROUNDS: tuple[RoundSpec, ...] = (
         edge_cases=False,
         seed=2,
     ),
-    RoundSpec(name="round-003", instances=4, shots_per_candidate=2, fixes=FIX_CASES, seed=3),
+    # Four shots per candidate: the shot cases take slots 0-14 of its 16 (planted.py).
+    RoundSpec(name="round-003", instances=4, shots_per_candidate=4, fixes=FIX_CASES, seed=3),
 )
 
 # A few real SWE-bench Verified instances with a file their fix touches; more are made up.

@@ -1,16 +1,17 @@
 """The planted edge cases: their names, which cells and shots carry them, and where they land.
 
 OWNS the catalogue (the table below, FIX_CASES, EDGE_CASE_LOCATIONS), its assignment to a
-round's plan (`plant_cases`), the session defects it implies (`SessionShape`) and the sites of
-every case in a written round (`case_sites`). The writers (cells.py, opencode_store.py,
+round's plan (`plant_cases`) and the session defects it implies (`SessionShape`); where each
+case lands in a written round is case_sites.py's. The writers (cells.py, opencode_store.py,
 shots.py, claude_transcripts.py) read a cell's or shot's `cases` and plant accordingly.
 
 ## Edge cases (`edge_cases=True`) and optional cases (`fixes`)
 
 Cell cases go, one each, to the cells of the round's *edge pool* in the order of the table: the
 candidate campaigns in (generation, candidate) order, each one's cells sorted by
-(scenarioId, rep), then the baseline cells except its first by (scenarioId, rep). Session cases
-sit on the cell's worker cwd `w0` (`cwd_without_session`: the cell's last worker cwd). Shot cases
+(scenarioId, rep), then the baseline cells except its first by (scenarioId, rep) (and its second,
+which `duplicate-transcripts` takes). Session cases sit on the cell's worker cwd `w0`
+(`cwd_without_session`: the cell's last worker cwd). Shot cases
 go in groups to *shot slots*: slot k is shot k // C of candidate k % C (C = generations x
 candidates, in (generation, candidate) order). "(own worktree)" puts the receipt in a dedicated
 author folder so that no other shot shares its worktree. The base groups take slots 0-3, so an
@@ -40,7 +41,13 @@ proposer-shots/).
 | `error-null` (fix) | next edge cell: `"error": null` and a good artifact | 003 gen-1/candidate-0/astropy__astropy-12907__rep0 |
 | `result-json-missing` (fix) | next edge cell: no result.json in its run dir (sessions exist) | 003 gen-1/candidate-0/astropy__astropy-12907__rep1 |
 | `result-json-corrupt` (fix) | next edge cell: result.json is not JSON (sessions exist) | 003 gen-1/candidate-0/django__django-11532__rep0 |
+| `system-prompt` (fix) | next edge cell: every assistant message of `w0` keeps `system` (a list of strings, older opencode) | 003 gen-1/candidate-0/django__django-11532__rep1 |
+| `ignored-parts` (fix) | next edge cell: `w0`'s prompt also holds a text/plain `file` part (after its synthetic Read texts); after the answer, a user message of one `ignored: true` text part (a plugin's status) | 003 gen-1/candidate-0/pytest-dev__pytest-5103__rep0 |
+| `multi-tool-step` (fix) | next edge cell: `w0`'s first step holds two tool parts | 003 gen-1/candidate-0/pytest-dev__pytest-5103__rep1 |
+| `ids-times-disagree` (fix) | next edge cell: `w0`'s prompt has an id made 90 s ahead of its time_created (a client's clock), so ids do not sort in time order | 003 gen-1/candidate-0/sympy__sympy-20590__rep0 |
+| `planted_secrets` | the edge cell after the fixes': `w0`'s first tool call lists its environment (AWS key id and secret, a database URL's password, Slack and Stripe tokens) after a command with a GitHub token in a remote URL; slot 1's transcript reads `.env` (Anthropic, OpenAI keys) and a PEM key and runs `mysql -p<password>` (leaks.py) | 001 gen-1/candidate-0/sympy__sympy-20590__rep0 |
 | `baseline-commit-order` (fix) | first baseline cell by (scenarioId, rep): own commit, dir sorts last | 003 baseline/zz-rerun-astropy__astropy-12907__rep0 |
+| `duplicate-transcripts` (fix) | second baseline cell by (scenarioId, rep), out of the edge pool: resolved (composite 1.0); `w0` and `w1` were given one subtask and answered it in one identical text step | 003 baseline/astropy__astropy-12907__rep1 |
 | `transcript_outside_window` | slot 0: a 2nd transcript in its worktree, 3 h after the last shot | 001 gen0-cand0-shot0.json |
 | `timed_out_shot` | slot 0: `timedOut: true`, `exitCode: 124` | 001 gen0-cand0-shot0.json |
 | `receipt_without_timestamps` | slot 1 (own worktree): no startedAt/completedAt, one transcript | 001 cedar/gen0-cand1-shot0.json |
@@ -54,31 +61,22 @@ proposer-shots/).
 | `sidechain-only-file` (fix) | next slot (own worktree): no timestamps; one transcript + `agent-<id>.jsonl` of sidechain lines | 003 ember/gen0-cand1-shot1.json |
 | `empty-thinking-first-block` (fix) | next slot: first API message = empty thinking line + text line | 003 gen1-cand0-shot1.json |
 | `synthetic-model` (fix) | next slot: the last assistant line has model `<synthetic>` | 003 birch/gen1-cand1-shot1.json |
+| `agent-file-of-another-session` (fix) | next slot (its worktree must hold another shot): its Task sub-agent in `agent-<id>.jsonl` beside the worktree's other sessions, naming its session | 003 gen0-cand0-shot2.json |
+| `subagents-folder` (fix) | next slot: its Task sub-agent in `<session id>/subagents/agent-<id>.jsonl` (2.1.x) | 003 atlas/gen0-cand1-shot2.json |
+| `streamed-usage` (fix) | next slot: 1.0.x lines, a block line before an id's last carries partial `output_tokens` | 003 gen1-cand0-shot2.json |
+| `tied-transcripts` (fix) | next slot: a 2nd session starting as far before the shot's start as its own after it | 003 birch/gen1-cand1-shot2.json |
+| `edge-of-window-transcript` (fix) | next slot: its session starts at startedAt - 120 s; a 2nd one at completedAt + 120 s + 1 ms | 003 gen0-cand0-shot3.json |
+| `truncated-transcript-line` (fix) | next slot (own worktree): no timestamps, exit 137; its session's last line cut mid-write; a 2nd file of one cut line | 003 fern/gen0-cand1-shot3.json |
+| `timed-out-exit-zero` (fix) | next slot: `timedOut: true` yet `exitCode: 0`, `error` an object (agent-runtime's receipt) | 003 gen1-cand0-shot3.json |
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from rollout_assets.demo.ids import commit_sha
-from rollout_assets.demo.round_plan import Cell, RoundPlan, Shot
-
-
-@dataclass(frozen=True)
-class EdgeCaseSite:
-    """Where one planted case lives in a written round (fields that do not apply are None)."""
-
-    case: str
-    campaign_dir: Path | None = None  # improve-run/baseline or improve-run/gen-<g>/candidate-<i>
-    cell_dir: Path | None = None  # the cell directory holding cached-result.json
-    run_dir: Path | None = None  # the cell's artifact.runDir (holds result.json, judge.json)
-    worker_cwd: str | None = None  # the opencode session.directory to look up
-    receipt_path: Path | None = None  # proposer-shots/[<author>/]gen<g>-cand<i>-shot<s>.json
-    worktree: Path | None = None  # the shot's Claude cwd, proposer-wt/gen<g>-cand<i>[-<author>]
-    transcript_path: Path | None = None  # the shot's own transcript, when one is written
-    other_path: Path | None = None  # the second file the case needs (see EDGE_CASE_LOCATIONS)
+from rollout_assets.demo.round_plan import Cell, RoundPlan
 
 
 FIX_CASES: frozenset[str] = frozenset(
@@ -88,9 +86,21 @@ FIX_CASES: frozenset[str] = frozenset(
         "error-null",
         "sidechain-only-file",
         "synthetic-model",
+        "agent-file-of-another-session",
+        "subagents-folder",
+        "streamed-usage",
+        "tied-transcripts",
+        "edge-of-window-transcript",
+        "truncated-transcript-line",
         "baseline-commit-order",
         "result-json-missing",
         "result-json-corrupt",
+        "system-prompt",
+        "ignored-parts",
+        "multi-tool-step",
+        "ids-times-disagree",
+        "duplicate-transcripts",
+        "timed-out-exit-zero",
     }
 )
 
@@ -115,6 +125,22 @@ EDGE_CASE_LOCATIONS: Mapping[str, str] = {
     "error-null": "next edge cell: cached-result.json has error null and a good artifact",
     "result-json-missing": "next edge cell: its run dir has no result.json (its sessions exist)",
     "result-json-corrupt": "next edge cell: its result.json is not valid JSON (its sessions exist)",
+    "system-prompt": "next edge cell: every assistant message of w0's session carries `system`, the "
+    "list of system messages opencode sent",
+    "ignored-parts": "next edge cell: w0's prompt message also holds a text/plain file part after the "
+    "synthetic Read texts opencode made of it; after the answer, a user message holding one text part "
+    "marked ignored (a plugin's status message)",
+    "multi-tool-step": "next edge cell: the first step of w0's session holds two tool parts",
+    "ids-times-disagree": "next edge cell: the id of w0's prompt message was made 90 s ahead of its "
+    "time_created, so it sorts after the assistant messages that follow it",
+    "duplicate-transcripts": "the second baseline cell by (scenarioId, rep), left out of the edge pool: "
+    "resolved with composite 1.0; its two workers (worker_cwd = w0) were given the same subtask and "
+    "each answered in one step of the same text, no tool call",
+    "planted_secrets": "the edge cell after the fixes' (worker_cwd = w0): the first tool call of w0's "
+    "session runs a command with a GitHub token in a remote URL and prints an environment holding an AWS "
+    "key id and secret, a database URL with a password, a Slack and a Stripe token; and shot slot 1 "
+    "(transcript_path): its proposer reads .env (an Anthropic and an OpenAI key) and a PEM private key, "
+    "and runs mysql with -p<password>. The values are drawn from the round's seed (leaks.py)",
     "baseline-commit-order": "the first baseline cell by (scenarioId, rep) has its own commit and a "
     "'zz-rerun-' directory that sorts last; other_path = the first baseline cell in directory order",
     "transcript_outside_window": "shot slot 0: other_path = a second transcript in the same worktree "
@@ -134,6 +160,22 @@ EDGE_CASE_LOCATIONS: Mapping[str, str] = {
     "empty-thinking-first-block": "next shot slot: the transcript's first API message starts with an "
     "empty thinking line followed by a text line with the same id and usage",
     "synthetic-model": "next shot slot: the transcript's last assistant line has model '<synthetic>'",
+    "agent-file-of-another-session": "next shot slot, in a worktree holding another shot's session: its "
+    "Task sub-agent's lines in other_path = agent-<id>.jsonl beside both sessions, naming its own sessionId",
+    "subagents-folder": "next shot slot: its Task sub-agent's lines in other_path = "
+    "<session id>/subagents/agent-<id>.jsonl (Claude Code 2.1.x), none inline",
+    "streamed-usage": "next shot slot: its transcript is 1.0.x, written as it streamed: every block line "
+    "of an API message but the last carries a partial output_tokens, growing from 1",
+    "tied-transcripts": "next shot slot: other_path = a second session of its worktree starting as long "
+    "before the receipt's startedAt as the shot's own session after it",
+    "edge-of-window-transcript": "next shot slot: its session starts exactly 120 s before startedAt; "
+    "other_path = a second session starting 120 s + 1 ms after completedAt",
+    "truncated-transcript-line": "next shot slot, author 'fern' (own worktree): no timestamps, exitCode "
+    "137; its transcript's last line is cut mid-write (no newline); other_path = a session file "
+    "whose only line is cut",
+    "timed-out-exit-zero": "next shot slot: the receipt has timedOut true, exitCode 0, killedBySignal "
+    "null and error as an object {name, message}, as tangle-network/agent-runtime writes a shot its "
+    "deadline stopped after its agent exited cleanly on SIGTERM",
 }
 
 # Dedicated authors give a case its own worktree so no other shot's transcript can land beside it.
@@ -141,6 +183,7 @@ _OWN_WORKTREE_AUTHORS = {
     "receipt_without_timestamps": "cedar",
     "missing_transcript_folder": "dune",
     "sidechain-only-file": "ember",
+    "truncated-transcript-line": "fern",
 }
 
 _CELL_CASES = (
@@ -161,10 +204,20 @@ _CELL_CASES = (
     "cell_without_reward",
     "sup_status_running",
 )
-_CELL_FIXES = ("error-null", "result-json-missing", "result-json-corrupt")
+_CELL_FIXES = (
+    "error-null",
+    "result-json-missing",
+    "result-json-corrupt",
+    "system-prompt",
+    "ignored-parts",
+    "multi-tool-step",
+    "ids-times-disagree",
+)
+# After the fixes, so that every cell before keeps its case with or without it.
+_LAST_CELL_CASES = ("planted_secrets",)
 _SHOT_CASE_GROUPS = (
     ("transcript_outside_window", "timed_out_shot"),
-    ("receipt_without_timestamps",),
+    ("receipt_without_timestamps", "planted_secrets"),
     ("missing_transcript_folder", "candidate_without_patch"),
     ("receipt_not_json",),
 )
@@ -173,6 +226,13 @@ _SHOT_FIX_GROUPS = (
     ("sidechain-only-file",),
     ("empty-thinking-first-block",),
     ("synthetic-model",),
+    ("agent-file-of-another-session",),
+    ("subagents-folder",),
+    ("streamed-usage",),
+    ("tied-transcripts",),
+    ("edge-of-window-transcript",),
+    ("truncated-transcript-line",),
+    ("timed-out-exit-zero",),
 )
 
 
@@ -187,6 +247,13 @@ class SessionShape:
     long_tool_output: bool = False
     object_tool_output: bool = False
     half_second_wall: bool = False
+    system_prompt: bool = False  # every assistant message keeps `system` (older opencode)
+    ignored_parts: bool = False  # a text/plain file in the prompt; a plugin's ignored status message
+    multi_tool_step: bool = False  # the first step calls two tools
+    client_message_id: bool = False  # the prompt's id was made on a clock 90 s ahead
+    answer_only: bool = False  # one step: a fixed text answer, no tool call
+    subtask: int | None = None  # the subtask given (None: the worker's own)
+    leaked_secrets: bool = False  # the first tool call leaks the round's secrets (leaks.py)
 
 
 SESSION_SHAPES = {
@@ -197,11 +264,23 @@ SESSION_SHAPES = {
     "very_long_tool_output": SessionShape(long_tool_output=True),
     "non_string_tool_output": SessionShape(object_tool_output=True),
     "half_second_wall_time": SessionShape(half_second_wall=True),
+    "system-prompt": SessionShape(system_prompt=True),
+    "ignored-parts": SessionShape(ignored_parts=True),
+    "multi-tool-step": SessionShape(multi_tool_step=True),
+    "ids-times-disagree": SessionShape(client_message_id=True),
+    "duplicate-transcripts": SessionShape(answer_only=True),
+    "planted_secrets": SessionShape(leaked_secrets=True),
 }
 
 
-def session_shape(cases: set[str]) -> SessionShape:
-    """The defects of a cell's first worker session, from the cell's cases."""
+def session_shape(cases: set[str], worker: int = 0) -> SessionShape:
+    """The defects of a cell's worker session `worker`, from the cell's cases: only the first
+    worker's session carries one, but for `duplicate-transcripts`, whose second worker was given
+    the first one's subtask and answered it word for word."""
+    if worker == 1 and "duplicate-transcripts" in cases:
+        return SessionShape(answer_only=True, subtask=0)
+    if worker != 0:
+        return SessionShape()
     for case, shape in SESSION_SHAPES.items():
         if case in cases:
             return shape
@@ -216,6 +295,8 @@ def plant_cases(plan: RoundPlan) -> None:
         _assign_shot_cases(plan)
     if "baseline-commit-order" in spec.fixes:
         _plant_baseline_commit_order(plan)
+    if "duplicate-transcripts" in spec.fixes:
+        _plant_duplicate_transcripts(plan)
 
 
 def _sort_key(cell: Cell) -> tuple[str, int]:
@@ -223,20 +304,22 @@ def _sort_key(cell: Cell) -> tuple[str, int]:
 
 
 def _edge_pool(plan: RoundPlan) -> list[Cell]:
-    """Candidate cells in campaign order, then baseline cells except the first by (scenarioId, rep)."""
+    """Candidate cells in campaign order, then baseline cells except the first by (scenarioId, rep)
+    (and the second, when `duplicate-transcripts` takes it)."""
     baseline = sorted((c for c in plan.cells if c.campaign.is_baseline), key=_sort_key)
     candidates = [c for c in plan.cells if not c.campaign.is_baseline]
     by_campaign: dict[str, list[Cell]] = {}
     for cell in candidates:
         by_campaign.setdefault(cell.campaign.rel_dir, []).append(cell)
     ordered = [cell for cells in by_campaign.values() for cell in sorted(cells, key=_sort_key)]
-    return ordered + baseline[1:]
+    return ordered + baseline[2 if "duplicate-transcripts" in plan.spec.fixes else 1 :]
 
 
 def _assign_cell_cases(plan: RoundPlan) -> None:
     spec = plan.spec
     wanted = list(_CELL_CASES) if spec.edge_cases else []
     wanted += [fix for fix in _CELL_FIXES if fix in spec.fixes]
+    wanted += list(_LAST_CELL_CASES) if spec.edge_cases else []
     pool = _edge_pool(plan)
     if len(wanted) > len(pool):
         raise ValueError(
@@ -266,6 +349,27 @@ def _assign_shot_cases(plan: RoundPlan) -> None:
             plan.case_shots[case] = shot
             if case in _OWN_WORKTREE_AUTHORS:
                 shot.author = _OWN_WORKTREE_AUTHORS[case]
+    _refuse_a_lone_agent_file_shot(plan)
+
+
+def _refuse_a_lone_agent_file_shot(plan: RoundPlan) -> None:
+    """`agent-file-of-another-session` needs a second session in its shot's worktree: another
+    shot there with a transcript."""
+    shot = plan.case_shots.get("agent-file-of-another-session")
+    if shot is None:
+        return
+    others = [
+        other
+        for other in plan.shots
+        if other is not shot
+        and plan.worktree(other) == plan.worktree(shot)
+        and "missing_transcript_folder" not in other.cases
+    ]
+    if not others:
+        raise ValueError(
+            f"round {plan.spec.name}: agent-file-of-another-session needs another shot in the worktree "
+            f"of {plan.receipt_path(shot).name}; raise shots_per_candidate"
+        )
 
 
 def _plant_baseline_commit_order(plan: RoundPlan) -> None:
@@ -277,72 +381,15 @@ def _plant_baseline_commit_order(plan: RoundPlan) -> None:
     plan.case_cells["baseline-commit-order"] = first
 
 
-# Cell cases whose site names a worker cwd (beside the session shapes): its sessions are the point.
-_CWD_CASES = {
-    "non_ascii_text",
-    "cwd_listed_twice",
-    "cwd_with_two_sessions",
-    "cwd_without_session",
-    "result-json-missing",
-    "result-json-corrupt",
-}
-
-
-def _cell_site(plan: RoundPlan, case: str, cell: Cell) -> EdgeCaseSite:
-    workers = plan.spec.workers_per_cell
-    worker = workers - 1 if case == "cwd_without_session" else 0
-    session_case = case in SESSION_SHAPES or case in _CWD_CASES
-    other = None
-    if case == "baseline-commit-order":
-        baseline = [c for c in plan.cells if c.campaign.is_baseline]
-        other = plan.cell_dir(min(baseline, key=lambda c: c.dir_name))
-    elif case in {
-        "result-json-missing",
-        "result-json-corrupt",
-        "sup_status_running",
-        "non_string_worker_cwd",
-    }:
-        other = plan.run_dir(cell) / "result.json"
-    return EdgeCaseSite(
-        case=case,
-        campaign_dir=plan.campaign_dir(cell.campaign),
-        cell_dir=plan.cell_dir(cell),
-        run_dir=None if case == "errored_cell" else plan.run_dir(cell),
-        worker_cwd=plan.worker_cwd(cell, worker) if session_case else None,
-        other_path=other,
-    )
-
-
-def _shot_site(plan: RoundPlan, case: str, shot: Shot) -> EdgeCaseSite:
-    other = None
-    if case == "transcript_outside_window":
-        other = plan.transcript_path(shot, "late")
-    elif case == "sidechain-only-file":
-        other = plan.transcript_path(shot, "sidechain")
-    elif case == "candidate_without_patch":
-        other = plan.candidate_patch(plan.campaign_of(shot.generation, shot.candidate_index))
-    has_transcript = "missing_transcript_folder" not in shot.cases
-    return EdgeCaseSite(
-        case=case,
-        campaign_dir=plan.campaign_dir(plan.campaign_of(shot.generation, shot.candidate_index)),
-        receipt_path=plan.receipt_path(shot),
-        worktree=plan.worktree(shot),
-        transcript_path=plan.transcript_path(shot) if has_transcript else None,
-        other_path=other,
-    )
-
-
-def case_sites(plan: RoundPlan) -> dict[str, EdgeCaseSite]:
-    """Every planted case of `plan` by name, with the paths where it lands (pure: reads nothing)."""
-    sites = {case: _cell_site(plan, case, cell) for case, cell in plan.case_cells.items()}
-    sites.update({case: _shot_site(plan, case, shot) for case, shot in plan.case_shots.items()})
-    readable = [s for s in plan.shots if "receipt_not_json" not in s.cases]
-    flat = next((s for s in readable if s.author is None), None)
-    authored = next((s for s in readable if s.author is not None), None)
-    if flat is not None:
-        sites["flat_receipt"] = _shot_site(plan, "flat_receipt", flat)
-    if authored is not None:
-        sites["per_author_receipt"] = _shot_site(plan, "per_author_receipt", authored)
-    ledger = plan.out_dir / "improve-run" / "cost-ledger.jsonl"
-    sites["cost_ledger_garbage_line"] = EdgeCaseSite(case="cost_ledger_garbage_line", other_path=ledger)
-    return sites
+def _plant_duplicate_transcripts(plan: RoundPlan) -> None:
+    """The second baseline cell by (scenarioId, rep): early in the ledger, so that the first of its
+    two identical worker answers is kept (best reward, then ledger order) and the second is the
+    duplicate."""
+    baseline = sorted((c for c in plan.cells if c.campaign.is_baseline), key=_sort_key)
+    if len(baseline) < 2 or plan.spec.workers_per_cell < 2:
+        raise ValueError(
+            f"round {plan.spec.name}: duplicate-transcripts needs two baseline cells of two workers each; "
+            "raise instances, reps or workers_per_cell"
+        )
+    baseline[1].cases.add("duplicate-transcripts")
+    plan.case_cells["duplicate-transcripts"] = baseline[1]

@@ -136,7 +136,13 @@ class RoundPlan:
         return self.root / "claude-projects" / _claude_slug(str(self.worktree(shot)))
 
     def transcript_path(self, shot: Shot, variant: str = "main") -> Path:
+        """A file of the shot's project folder: its session (`main`), another session (`late`,
+        `tied`, `past-window`, `cut`), a sub-agent's file beside it (`sidechain`) or in the main
+        session's `<session id>/subagents/` folder (`subagents`, Claude Code 2.1.x)."""
         session_id = uuid_of(self.tag, shot.candidate_id, shot.author, shot.shot, variant)
+        if variant == "subagents":
+            main = self.transcript_path(shot)
+            return main.parent / main.stem / "subagents" / f"agent-{session_id[:8]}.jsonl"
         name = f"agent-{session_id[:8]}.jsonl" if variant == "sidechain" else f"{session_id}.jsonl"
         return self.claude_folder(shot) / name
 

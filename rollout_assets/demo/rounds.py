@@ -15,6 +15,7 @@ from typing import Any
 
 from rollout_assets.demo.cells import write_cell
 from rollout_assets.demo.files import pretty, write_text
+from rollout_assets.demo.leaks import round_leaks
 from rollout_assets.demo.opencode_store import IdSequence, SessionWriter
 from rollout_assets.demo.plan import Campaign, RoundPlan
 from rollout_assets.demo.shots import write_shot
@@ -26,7 +27,9 @@ def write_round(plan: RoundPlan, connection: sqlite3.Connection, legacy: bool) -
     rng = random.Random(plan.spec.seed)
     plan.out_dir.mkdir(parents=True)
     write_text(plan.out_dir / "improve-run" / "loop-provenance.json", pretty(_provenance(plan)))
-    store = SessionWriter(connection, legacy, IdSequence(plan.tag), rng, plan.spec.steps_per_session)
+    store = SessionWriter(
+        connection, legacy, IdSequence(plan.tag), rng, plan.spec.steps_per_session, round_leaks(plan.spec)
+    )
     ledger_path = plan.out_dir / "improve-run" / "cost-ledger.jsonl"
     for campaign in plan.campaigns:
         (plan.out_dir / "patches" / campaign.run_name).mkdir(parents=True)

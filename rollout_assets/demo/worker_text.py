@@ -1,8 +1,10 @@
 """What a worker session says: its prompt, and the input, output and title of its tool calls.
 
 OWNS the text of opencode parts (the read, bash, grep and edit calls, and the first call's
-planted outputs: a >= 200 kB pytest log, a JSON object instead of a string); the rows that
-carry it are opencode_store.py's.
+planted outputs: a >= 200 kB pytest log, a JSON object instead of a string) and of the planted
+sessions' extras (a kept system prompt, a file attached to the prompt, a plugin's status
+message, a second tool call in one step, an answer given without tools); the rows that carry
+it are opencode_store.py's.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ def subtask_titles(count: int) -> list[str]:
     return [_SUBTASKS[k % len(_SUBTASKS)] + ("" if k < len(_SUBTASKS) else f" ({k + 1})") for k in range(count)]
 
 
-def worker_prompt(cell: Cell, cwd: str, worker: int) -> str:
-    """The supervisor's task for worker `worker`: the same in every rep and campaign of the
-    instance but for the worker's own name and clone, as a scripted supervisor words it."""
+def worker_prompt(cell: Cell, cwd: str, subtask: int) -> str:
+    """The supervisor's task of subtask `subtask` (worker k's is subtask k): the same in every rep
+    and campaign of the instance but for the worker's own name and clone, as a scripted
+    supervisor words it."""
     name = cwd.rsplit("/", 1)[-1]
     return (
-        f"You are worker {name} on {cell.scenario_id}. Your subtask: {subtask_titles(worker + 1)[worker]}; "
+        f"You are worker {name} on {cell.scenario_id}. Your subtask: {subtask_titles(subtask + 1)[subtask]}; "
         f"the fix belongs in {cell.touched_file}, with the smallest patch. Work only inside {cwd}. "
         f"Mind the unicode fixtures: {NON_ASCII_SAMPLE}"
     )
@@ -106,3 +109,50 @@ def tool_call(
         "newString": "if value is None or value == ():",
     }
     return edit, "Edit applied successfully.", cell.touched_file
+
+
+def system_prompt(cwd: str) -> list[str]:
+    """The system messages older opencode sent (and kept on each assistant message as `system`):
+    its provider prompt, then the environment block naming the working directory."""
+    return [
+        "You are opencode, an interactive CLI tool that helps users with software engineering tasks. "
+        "Use the instructions below and the tools available to you to assist the user.",
+        "Here is some useful information about the environment you are running in:\n<env>\n"
+        f"  Working directory: {cwd}\n  Is directory a git repo: yes\n  Platform: linux\n</env>",
+    ]
+
+
+def attached_file_parts(cell: Cell, cwd: str) -> list[dict[str, Any]]:
+    """A text file attached to the prompt, as opencode stores it (`createUserMessage` in
+    packages/opencode/src/session/prompt.ts): the Read call and its result as synthetic text,
+    sent to the model, then the `file` part itself (text/plain), which is not sent again."""
+    path = f"{cwd}/{cell.touched_file}"
+    listing = "\n".join(_NUMBERED_LISTING[:12])
+    call = f'Called the Read tool with the following input: {{"filePath":"{path}"}}'
+    return [
+        {"type": "text", "synthetic": True, "text": call},
+        {"type": "text", "synthetic": True, "text": f"<file>\n{listing}\n</file>"},
+        {"type": "file", "mime": "text/plain", "filename": cell.touched_file, "url": f"file://{path}"},
+    ]
+
+
+# What a plugin posts with `session.prompt({noReply: true, parts: [{type: "text", text, ignored: true}]})`
+# (an "inline status message"): shown in opencode's UI, never sent to the model.
+PLUGIN_STATUS_TEXT = "[status] worker finished: 1 file changed, regression test passing"
+
+
+def second_tool_call(cell: Cell, cwd: str) -> tuple[dict[str, Any], str, str]:
+    """(input, output, title) of the second tool the model called in the same step: a grep,
+    its output fixed (no random draw, so the round's later values stay as they were)."""
+    path = f"{cwd}/{cell.touched_file}"
+    hits = "\n".join(f"{path}:{line}: def _resolve(self, value):" for line in (41, 317))
+    return {"pattern": "def _resolve", "path": cwd}, f"Found 2 matches\n{hits}", "def _resolve"
+
+
+def answer_text(cell: Cell) -> str:
+    """A worker's whole answer when it needs no tool: the same words every time it is asked."""
+    return (
+        f"The failure comes from `_resolve` in {cell.touched_file}: an empty tuple from the public API "
+        "reaches it and is coerced instead of falling back to the default. The smallest fix is to "
+        "test `if value is None or value == ():` before coercing."
+    )
