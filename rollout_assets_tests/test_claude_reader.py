@@ -688,3 +688,74 @@ def test_agent_files_beside_and_under_the_session_are_its_sub_agents(tmp_path: P
         ("agent-ccc.jsonl", "z1", "nested task"),
     ]
     assert found[0].usage.tokens_out == 4
+
+
+# ---------------------------------------------------------------------------
+# Repeated lines: Claude Code can append a line it already wrote (same uuid) to the same file
+# ---------------------------------------------------------------------------
+
+
+def test_a_repeated_assistant_block_line_adds_its_blocks_once(tmp_path: Path) -> None:
+    # Right after its original, the repeat continues the same API message id.
+    hello = assistant_line("msg_1", [text("hello")], usage=usage(10, 2), uuid="a1", parentUuid="u1")
+    ls_call = tool_use("toolu_1", "Bash", {"command": "ls"})
+    ls = assistant_line("msg_1", [ls_call], usage=usage(10, 5), uuid="a2", parentUuid="a1")
+    transcript = parse(tmp_path, [user_line("task", uuid="u1"), hello, hello, ls, ls])
+
+    assert transcript.messages == [
+        {"role": "user", "content": "task"},
+        {
+            "role": "assistant",
+            "content": "hello",
+            "tool_calls": [call("toolu_1", "Bash", '{"command":"ls"}')],
+        },
+    ]
+    assert (transcript.main_thread_lines, transcript.usage.tokens_out) == (3, 5)
+
+
+def test_a_replayed_user_and_assistant_pair_gives_its_messages_once(tmp_path: Path) -> None:
+    # A reopened session appends lines already in the file again, with their uuids and times.
+    ask = user_line("task", timestamp=T0, uuid="u1")
+    answer = assistant_line(
+        "msg_1", [text("done")], usage=usage(4, 1), timestamp=T1, uuid="a1", parentUuid="u1"
+    )
+    more = user_line("and the docs?", timestamp=T2, uuid="u2", parentUuid="a1")
+    transcript = parse(tmp_path, [ask, answer, more, ask, answer])
+
+    assert transcript.messages == [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "and the docs?"},
+    ]
+    assert (transcript.main_thread_lines, transcript.ended_at) == (3, T2)
+
+
+def test_a_repeated_sidechain_line_gives_its_conversation_and_messages_once(tmp_path: Path) -> None:
+    root = sidechain("user", "s1", None, "sub task", timestamp=T1)
+    answer = sidechain("assistant", "s2", "s1", "msg_s", [text("sub answer")], usage=usage(6, 2))
+    transcript = parse(tmp_path, [user_line("main", timestamp=T0, uuid="m1"), root, answer, answer, root])
+
+    assert [(t.agent_key, t.messages) for t in transcript.subagents] == [
+        ("s1", [{"role": "user", "content": "sub task"}, {"role": "assistant", "content": "sub answer"}])
+    ]
+
+
+def test_a_repeated_partial_usage_line_does_not_replace_the_final_usage(tmp_path: Path) -> None:
+    # 1.0.x: an earlier block line carries a partial output count; appended again after the
+    # message's last line, it would otherwise be the "last" usage of its id.
+    partial = assistant_line("msg_1", [text("looking")], usage=usage(4, 1), uuid="a1")
+    final = assistant_line("msg_1", [text("found it")], usage=usage(4, 245), uuid="a2", parentUuid="a1")
+    transcript = parse(tmp_path, [partial, final, partial])
+
+    assert (transcript.usage.tokens_out, transcript.messages) == (
+        245,
+        [{"role": "assistant", "content": "looking\nfound it"}],
+    )
+
+
+def test_a_line_repeated_without_a_uuid_is_read_again(tmp_path: Path) -> None:
+    # Nothing says such a line was written twice rather than said twice.
+    twice = [user_line("again"), user_line("again"), user_line("x", uuid=7), user_line("x", uuid=7)]
+    transcript = parse(tmp_path, twice)
+
+    assert [m["content"] for m in transcript.messages] == ["again", "again", "x", "x"]

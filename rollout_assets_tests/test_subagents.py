@@ -1,6 +1,6 @@
 """Sub-agent conversations and the one-to-one join, end to end on a small round written here:
-the backfill's lines, and the checks on a ledger that drops a sub-agent line or joins one
-transcript to two shots.
+the backfill's lines, and the checks on a ledger that drops a sub-agent line, joins one
+transcript to two shots, or reads again the lines Claude Code wrote twice.
 
 The transcripts are in the shapes Claude Code writes (docs/input-formats.md §5): inline
 `isSidechain: true` lines chained by `parentUuid` (1.0.x), an `agent-<id>.jsonl` file beside
@@ -10,6 +10,7 @@ the session's `<session id>/subagents/` folder (2.1.x)."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from rollout_assets import audit
 from rollout_assets.audit import AuditResult
 from rollout_assets.ledger import write_ledger
+from rollout_assets.sources import claude as claude_reader
 from rollout_assets.sources.claude import claude_project_slug
 from rollout_assets_tests.backfill_runs import backfill
 from rollout_assets_tests.builders import (
@@ -218,3 +220,93 @@ def test_the_checks_fail_on_a_ledger_that_joins_one_transcript_to_two_shots(tmp_
     assert checks["gaps"].passed is False
     assert "by the one-to-one join the shot takes" in checks["gaps"].sample[0]
     assert os.path.basename(proposers[0]["artifacts"]["transcript_ref"]) == "s-a.jsonl"
+
+
+def _folder(claude: Path, out_dir: Path) -> Path:
+    return claude / claude_project_slug(str(out_dir / "proposer-wt" / "gen0-cand0"))
+
+
+def _repeat_lines(claude: Path, out_dir: Path) -> None:
+    """Append to s-a lines it already holds, same uuids and times, as a session reopened in VS Code
+    makes Claude Code do: a streamed partial-usage line of sub-agent X (after its final one),
+    sub-agent Y's first line, and the main thread's user/assistant pair; and repeat a line of
+    the nested agent file right after its original."""
+    session = _folder(claude, out_dir) / "s-a.jsonl"
+    by_uuid = {json.loads(raw)["uuid"]: raw for raw in session.read_text().splitlines()}
+    session.write_text(session.read_text() + "".join(by_uuid[key] + "\n" for key in ("x2", "y1", "a1", "a2")))
+    nested = _folder(claude, out_dir) / "s-a" / "subagents" / "agent-f00d.jsonl"
+    first, second = nested.read_text().splitlines()
+    nested.write_text(f"{first}\n{second}\n{second}\n")
+
+
+def _by_thread(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The proposer and agent lines by file name and agent key ("s-a.jsonl", "s-a.jsonl x1")."""
+    found = {}
+    for line in lines:
+        if line["role"] in ("proposer", "agent"):
+            key = line["outcome"]["metrics"].get("agent_key")
+            name = Path(line["artifacts"]["transcript_ref"]).name
+            found[name if key is None else f"{name} {key}"] = line
+    return found
+
+
+class _Forgetful(set):  # type: ignore[type-arg]
+    """A set of seen uuids that never holds one: the reader as it was, reading every repeat."""
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+
+def test_repeated_transcript_lines_are_read_once_and_the_checks_agree(tmp_path: Path) -> None:
+    out_dir, claude, store = _round(tmp_path)
+    _repeat_lines(claude, out_dir)
+
+    run = backfill(out_dir, opencode_db=store, claude_projects_dir=claude)
+
+    threads = _by_thread(run.lines)
+    assert sorted(threads) == [
+        "agent-beef.jsonl w1",
+        "agent-f00d.jsonl z1",
+        "s-a.jsonl",
+        "s-a.jsonl x1",
+        "s-a.jsonl y1",
+        "s-b.jsonl",
+    ]
+    assert [m["content"] for m in threads["s-a.jsonl"]["messages"]] == ["improve the profile", "done"]
+    assert threads["s-a.jsonl x1"]["messages"][1] == {"role": "assistant", "content": "X\nX2"}
+    assert threads["s-a.jsonl x1"]["cost"]["tokens_out"] == 9  # its final usage, not the repeated partial
+    assert [m["content"] for m in threads["agent-f00d.jsonl z1"]["messages"]] == ["nested task", "Z"]
+    ledger = tmp_path / "rollout-ledger.jsonl"
+    write_ledger(ledger, run.lines)
+    checks = _checks(out_dir, claude, store, ledger)
+    assert {name: result.passed for name, result in checks.items()} == dict.fromkeys(checks, True)
+
+
+def test_a_ledger_that_reads_the_repeated_lines_again_fails_the_order_and_usage_checks(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The reader as it was: Y's repeated first line starts a second conversation under Y's key
+    (a line the inputs do not name), and X's repeated partial usage becomes its last. No check
+    recounts a Claude transcript's messages: the main thread's repeated pair alone would pass."""
+    out_dir, claude, store = _round(tmp_path)
+    _repeat_lines(claude, out_dir)
+    init = claude_reader._TranscriptParser.__init__
+
+    def forgetful_init(self: Any, transcript: Any) -> None:
+        init(self, transcript)
+        self.seen_uuids = _Forgetful()
+
+    monkeypatch.setattr(claude_reader._TranscriptParser, "__init__", forgetful_init)
+    run = backfill(out_dir, opencode_db=store, claude_projects_dir=claude)
+    monkeypatch.undo()
+    proposer = _by_thread(run.lines)["s-a.jsonl"]
+    assert [m["content"] for m in proposer["messages"]] == ["improve the profile", "done"] * 2
+    ledger = tmp_path / "rollout-ledger.jsonl"
+    write_ledger(ledger, run.lines)
+
+    checks = _checks(out_dir, claude, store, ledger)
+
+    passed = {name: result.passed for name, result in checks.items()}
+    assert passed == {"order": False, "integrity": False, "gaps": True, "usage": False}
+    assert checks["integrity"].details["duplicated_ids"] == 1  # Y's second conversation has Y's id
+    assert any("cost.tokens_out is 2, but" in problem for problem in checks["usage"].sample)

@@ -12,7 +12,8 @@ conversation per `parentUuid` chain (a sidechain line whose parentUuid names no 
 before it starts one, named by its `uuid`); then those of the `agent-*.jsonl` files beside S
 whose lines have no main chain and name S's stem as `sessionId` (file name order); then those of
 `S-stem/subagents/agent-*.jsonl` (name order). Only a conversation with a conversation message
-counts.
+counts. A line whose string `uuid` an earlier line of its file had is a repeat, and not read: it
+would start a second conversation under the same key, or put an earlier partial usage last.
 
 The same reading sums the token usage of each thread it reads (audit/usage.py, `ThreadUsage`):
 the session file's main chain, for its proposer line, and each sub-agent conversation, for its
@@ -120,11 +121,12 @@ def _read(path: str) -> _FileReading:
     session_ids: list[str] = []
     main_chain = False
     main_usage = ThreadUsage()
+    seen: set[str] = set()  # the string uuids of the lines read
     try:
         with open_regular_file(path) as handle:
             for raw in handle:
                 entry = _entry(raw)
-                if entry is None:
+                if entry is None or _repeated(entry, seen):
                     continue
                 if not session_ids and isinstance(entry.get("sessionId"), str):
                     session_ids.append(entry["sessionId"])
@@ -151,6 +153,18 @@ def _read(path: str) -> _FileReading:
         return _FileReading([], session_ids, main_chain, ThreadUsage().sums())
     conversations = [(key, usage.sums()) for n, (key, usage) in enumerate(started) if n in with_message]
     return _FileReading(conversations, session_ids, main_chain, main_usage.sums())
+
+
+def _repeated(entry: dict[str, Any], seen: set[str]) -> bool:
+    """Whether an earlier line of the file had this line's string `uuid`: Claude Code can append
+    a line it already wrote (docs/input-formats.md §5), and it is read once. Notes the uuid."""
+    own = entry.get("uuid")
+    if not isinstance(own, str):
+        return False
+    if own in seen:
+        return True
+    seen.add(own)
+    return False
 
 
 def _entry(raw: bytes) -> dict[str, Any] | None:

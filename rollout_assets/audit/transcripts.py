@@ -4,6 +4,7 @@ only for the shots whose proposer lines claim a join or a gap.
 
 Main chain: the lines of `type` `user` or `assistant` with an object `message`, not marked
 `isSidechain: true`. Its start is the `timestamp` of the first of them that has a string one.
+A line Claude Code wrote twice (its `uuid` repeated) changes none of these, so none is skipped.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Owns: locating a working directory's project folder, and parsing one transcript 
 chat messages, token usage, start/end times and the model. Does not own: which transcript a
 shot joins to (the join's time window), nor any ledger line.
 
-A transcript file is read once, as a stream of lines. Blank and malformed lines are skipped;
+A transcript file is read once, as a stream of lines. Blank and malformed lines are skipped, and
+so is a line whose `uuid` an earlier line of the file had (Claude Code wrote it twice);
 sub-agent (`isSidechain: true`) lines are separate invocations: they are left out of the main
 thread and parsed as sub-agent conversations of their own (`ClaudeTranscript.subagents`), one per
 chain of `parentUuid` links. A sidechain line whose `parentUuid` names no sidechain line read
@@ -234,6 +235,8 @@ class _TranscriptParser:
         # Sidechain line uuid -> the parser of the sub-agent conversation it belongs to.
         self.sidechains: dict[str, _TranscriptParser] = {}
         self.conversations: list[_TranscriptParser] = []
+        # The string uuids of the file's lines read so far (main thread and sidechains alike).
+        self.seen_uuids: set[str] = set()
 
     def feed(self, raw_line: bytes) -> None:
         line = raw_line.decode("utf-8", errors="replace")
@@ -245,6 +248,16 @@ class _TranscriptParser:
             return
         if not is_record(entry):
             return
+        # Claude Code sometimes appends a line it already wrote to the same file, same uuid and
+        # time stamp: when an editor reopens the session (anthropics/claude-code#56196), or under
+        # `--input-format stream-json` (#5034). Read again, a block line would add its text and
+        # tool calls to its message a second time, and a replayed turn would repeat its messages.
+        # A line without a string uuid cannot be told from a new one, and is read.
+        own = entry.get("uuid")
+        if isinstance(own, str):
+            if own in self.seen_uuids:
+                return
+            self.seen_uuids.add(own)
         if self.transcript.session_id is None and isinstance(entry.get("sessionId"), str):
             self.transcript.session_id = entry["sessionId"]
         if entry.get("isSidechain") is True:
