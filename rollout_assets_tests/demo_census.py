@@ -37,6 +37,7 @@ CASES: dict[str, str] = {
     "edge_of_window_transcript": "a session starting within 1 ms of a shot's window edge",
     "transcript_outside_window": "a session of a shot's worktree starting outside every window",
     "truncated_transcript_line": "a transcript file whose last line is cut mid-write",
+    "repeated_transcript_line": "a transcript file holding the same uuid twice",
     "empty_transcript": "a session file with no text of user or assistant",
     "synthetic_message": "an assistant line of model <synthetic>",
     "proposer_system_or_thinking": "an assistant line with a thinking block",
@@ -193,6 +194,9 @@ def _file_cases(transcript: TranscriptFile) -> set[str]:
     reached: set[str] = set()
     if transcript.cut_last_line:
         reached.add("truncated_transcript_line")
+    uuids = Counter(line["uuid"] for line in transcript.lines if isinstance(line.get("uuid"), str))
+    if any(count > 1 for count in uuids.values()):
+        reached.add("repeated_transcript_line")
     usages: dict[str, set[str]] = {}
     spoken = False
     for line in transcript.lines:

@@ -942,6 +942,24 @@ def test_fix_timed_out_exit_zero(demo: DemoLayout) -> None:
     assert low <= first_timestamp(jsonl(site.transcript_path)) <= high
 
 
+def test_fix_repeated_transcript_lines(demo: DemoLayout) -> None:
+    site = fix_site(demo, "repeated-transcript-lines")
+    raw = site.transcript_path.read_text(encoding="utf-8").splitlines()
+    lines = [json.loads(row) for row in raw]
+    first_row: dict[str, str] = {}
+    repeats = []
+    for row, line in zip(raw, lines, strict=True):
+        if "uuid" in line and line["uuid"] in first_row:
+            assert row == first_row[line["uuid"]]  # written again byte for byte: same uuid and time
+            repeats.append(line)
+        first_row.setdefault(line.get("uuid"), row)
+    assert repeats == lines[-2:] and [line["type"] for line in repeats] == ["user", "assistant"]
+    talk = [line for line in lines[:-2] if line["type"] in {"user", "assistant"} and not line["isSidechain"]]
+    assert repeats == [[line for line in talk if line["type"] == kind][-1] for kind in ("user", "assistant")]
+    receipt = read_json(site.receipt_path)["receipt"]
+    assert max(parse_iso(line["timestamp"]) for line in talk) <= parse_iso(receipt["completedAt"])
+
+
 def test_docstring_table_matches_the_sites_of_the_default_rounds(demo: DemoLayout) -> None:
     import rollout_assets.demo.planted as demo_module
 

@@ -1,6 +1,7 @@
 """The Claude Code cases of demo round-003 through the join: a sub-agent file beside two sessions,
 one in a session's subagents/ folder, usage written as it streamed, two sessions tied for a shot,
-sessions on the edges of a shot's window, and a transcript cut mid-line (demo/planted.py).
+sessions on the edges of a shot's window, a transcript cut mid-line, and lines written twice
+(demo/planted.py).
 
 Each test first reads what the case planted from the raw files (json only), then checks the
 backfill's lines against that: no reader of this project computes an expected value here.
@@ -223,3 +224,34 @@ def test_a_transcript_cut_mid_line_keeps_its_whole_lines_and_a_file_of_one_cut_l
     assert tokens(proposer) == final_usage(main)
     assert proposer["outcome"]["error"] == receipt["error"] and proposer["outcome"]["is_completed"] is False
     assert str(site.other_path) not in joined_files(run)
+
+
+def test_lines_written_twice_give_their_messages_once(
+    run: Backfilled, sites: dict[str, EdgeCaseSite]
+) -> None:
+    site = sites["repeated-transcript-lines"]
+    assert site.transcript_path is not None
+    main = [line for line in raw_lines(site.transcript_path) if not line.get("isSidechain")]
+    talk = [line for line in main if line.get("type") in ("user", "assistant")]
+    uuids = [line["uuid"] for line in talk]
+    repeated = [line for n, line in enumerate(talk) if line["uuid"] in uuids[:n]]
+    assert [line["type"] for line in repeated] == ["user", "assistant"]  # as planted
+    [result] = repeated[0]["message"]["content"]
+    [said] = repeated[1]["message"]["content"]
+    results = [
+        block["tool_use_id"]
+        for line in talk[: len(talk) - 2]
+        if line["type"] == "user" and isinstance(line["message"]["content"], list)
+        for block in line["message"]["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+    proposer = run.proposer_of_receipt(site.receipt_path)
+
+    assert proposer["artifacts"]["transcript_ref"] == str(site.transcript_path)
+    tool_ids = [m["tool_call_id"] for m in proposer["messages"] if m["role"] == "tool"]
+    assert tool_ids == results and tool_ids.count(result["tool_use_id"]) == 1
+    texts = [m["content"] for m in proposer["messages"] if m["role"] == "assistant" and m["content"]]
+    assert sum(text.count(said["text"]) for text in texts) == 1
+    assert proposer["messages"][-1] == {"role": "assistant", "content": said["text"]}
+    assert tokens(proposer) == final_usage(main)

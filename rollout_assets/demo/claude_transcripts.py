@@ -5,8 +5,8 @@ one assistant line per content block of an API message sharing its id and usage,
 lines of a sub-agent) and the conversation of a proposer shot: read the profile, ask a
 sub-agent, edit, commit, report. Transcript-level planted cases (an image-only session, an
 empty first thinking block, a `<synthetic>` API-error message, usage written as it streamed, a
-sub-agent in a file of its own) are drawn here; where the files go is the plan's
-(`RoundPlan.transcript_path`).
+sub-agent in a file of its own, lines written twice) are drawn here; where the files go is the
+plan's (`RoundPlan.transcript_path`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ SUBAGENTS_FOLDER_VERSION = "2.1.9"
 
 
 def last_timestamp_ms(lines: list[dict[str, Any]]) -> int:
-    """When a transcript ends: the epoch ms of its last timestamped line."""
+    """When a transcript ends: the epoch ms of its latest time stamp."""
     stamps = [line["timestamp"] for line in lines if "timestamp" in line]
-    moment = datetime.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    # The latest, not the last: a line written again at the end keeps its earlier time.
+    moment = datetime.strptime(max(stamps), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     return (moment - EPOCH) // timedelta(milliseconds=1)
 
 
@@ -221,7 +222,19 @@ def proposer_transcript(
         # Claude Code makes this message up itself when the API call fails.
         overloaded = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error"}}'
         builder.assistant([_text(overloaded)], model=SYNTHETIC_MODEL, isApiErrorMessage=True)
+    if "repeated-transcript-lines" in planted:
+        builder.lines += _reopened_tail(builder.lines)
     return ProposerSession(builder.lines, agent.lines if agent is not None else [])
+
+
+def _reopened_tail(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The session's last main-thread user line and last assistant line, again: the same uuids
+    and time stamps. Claude Code appends lines it already wrote to the session file when VS Code
+    reopens the session (anthropics/claude-code#56196)."""
+    talk = [line for line in lines if line["type"] in ("user", "assistant") and not line["isSidechain"]]
+    last_user = next(line for line in reversed(talk) if line["type"] == "user")
+    last_assistant = next(line for line in reversed(talk) if line["type"] == "assistant")
+    return [dict(last_user), dict(last_assistant)]
 
 
 def _proposer_turns(

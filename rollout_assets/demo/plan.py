@@ -31,7 +31,7 @@ DEFAULT_ROUNDS: tuple[RoundSpec, ...] = (
         edge_cases=False,
         seed=2,
     ),
-    # Four shots per candidate: the shot cases take slots 0-14 of its 16 (planted.py).
+    # Four shots per candidate: the shot cases take all 16 slots (planted.py).
     RoundSpec(name="round-003", instances=4, shots_per_candidate=4, fixes=FIX_CASES, seed=3),
 )
 

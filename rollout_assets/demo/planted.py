@@ -68,6 +68,7 @@ proposer-shots/).
 | `edge-of-window-transcript` (fix) | next slot: its session starts at startedAt - 120 s; a 2nd one at completedAt + 120 s + 1 ms | 003 gen0-cand0-shot3.json |
 | `truncated-transcript-line` (fix) | next slot (own worktree): no timestamps, exit 137; its session's last line cut mid-write; a 2nd file of one cut line | 003 fern/gen0-cand1-shot3.json |
 | `timed-out-exit-zero` (fix) | next slot: `timedOut: true` yet `exitCode: 0`, `error` an object (agent-runtime's receipt) | 003 gen1-cand0-shot3.json |
+| `repeated-transcript-lines` (fix) | next slot: its session's last user line and last assistant line written again at its end, same uuids and times (an editor reopening the session) | 003 birch/gen1-cand1-shot3.json |
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ FIX_CASES: frozenset[str] = frozenset(
         "ids-times-disagree",
         "duplicate-transcripts",
         "timed-out-exit-zero",
+        "repeated-transcript-lines",
     }
 )
 
@@ -176,6 +178,9 @@ EDGE_CASE_LOCATIONS: Mapping[str, str] = {
     "timed-out-exit-zero": "next shot slot: the receipt has timedOut true, exitCode 0, killedBySignal "
     "null and error as an object {name, message}, as tangle-network/agent-runtime writes a shot its "
     "deadline stopped after its agent exited cleanly on SIGTERM",
+    "repeated-transcript-lines": "next shot slot: its session file ends with its last main-thread user "
+    "line (the commit's tool result) and its last assistant line written again, the same uuids and time "
+    "stamps, as Claude Code appends lines it already wrote when VS Code reopens a session",
 }
 
 # Dedicated authors give a case its own worktree so no other shot's transcript can land beside it.
@@ -233,6 +238,7 @@ _SHOT_FIX_GROUPS = (
     ("edge-of-window-transcript",),
     ("truncated-transcript-line",),
     ("timed-out-exit-zero",),
+    ("repeated-transcript-lines",),
 )
 
 
