@@ -10,10 +10,8 @@ read once; and the gap and usage checks one count of the worker lines' sessions'
 `_RunRecounts`).
 """
 
-import gc
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -28,21 +26,7 @@ from rollout_assets.defs.constants import CAMPAIGN_CELLS, ROLLOUT_LEDGER, ROLLOU
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.stages import file_identity
-from rollout_assets.stages.memory import return_freed_memory
-
-
-_T = TypeVar("_T")
-
-
-def _frozen(recount: Callable[[], _T]) -> _T:
-    """`recount()` with the run's objects frozen: both recounts fork workers, which share this
-    process's pages until they write them, and the collector writes to every object it
-    visits; frozen, the run's objects (hundreds of MB at 12,000 cells) stay shared."""
-    gc.freeze()
-    try:
-        return recount()
-    finally:
-        gc.unfreeze()
+from rollout_assets.stages.memory import objects_frozen, return_freed_memory
 
 
 class _RunRecounts:
@@ -69,7 +53,7 @@ class _RunRecounts:
             self._inputs = self._sessions = None  # nothing previous kept alive while the next is built
             return_freed_memory()  # of the steps before
             self._inputs = (
-                key, _frozen(lambda: audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects))
+                key, objects_frozen(lambda: audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects))
             )
         return self._inputs[1]
 
@@ -78,7 +62,7 @@ class _RunRecounts:
         if self._ledger is None or self._ledger[0] != key:
             self._ledger = self._sessions = None
             return_freed_memory()
-            self._ledger = (key, _frozen(lambda: audit.recount_ledger(ledger_path)))
+            self._ledger = (key, objects_frozen(lambda: audit.recount_ledger(ledger_path)))
         return self._ledger[1]
 
     def sessions(self, inputs: audit.InputsRecount, ledger: audit.LedgerRecount) -> audit.LineSessions:
@@ -90,7 +74,7 @@ class _RunRecounts:
         if self._sessions is None or self._sessions[0] != key:
             self._sessions = None
             return_freed_memory()
-            self._sessions = (key, _frozen(lambda: audit.LineSessions(inputs, ledger)))
+            self._sessions = (key, objects_frozen(lambda: audit.LineSessions(inputs, ledger)))
         return self._sessions[1]
 
 

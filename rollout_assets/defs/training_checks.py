@@ -12,6 +12,7 @@ from rollout_assets.defs.failures import round_errors_fail_the_step
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.io import file_identity
+from rollout_assets.stages.memory import in_child_process
 from rollout_assets.training.export import read_report
 from rollout_assets.training.files import TrainingFiles
 from rollout_assets.training.verify import CHECKS, TrainingVerdict, verify_training
@@ -48,7 +49,9 @@ class _RunVerdicts:
             with round_errors_fail_the_step(context.partition_key):
                 report, _ = read_report(outputs.training)
             margin = float(report["filter"]["margin"])
-            self._entry = (identity, verify_training(outputs.ledger, files, margin, report["filter"]))
+            # In a child: pyarrow and the recount's per-line facts leave with it.
+            verdicts = in_child_process(verify_training, outputs.ledger, files, margin, report["filter"])
+            self._entry = (identity, verdicts)
         return self._entry[1]
 
 

@@ -27,6 +27,7 @@ from rollout_assets.defs.constants import (
 from rollout_assets.defs.failures import refuse_unless_ledger_checks_passed, round_errors_fail_the_step
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
+from rollout_assets.stages.memory import in_child_process
 from rollout_assets.training import DROP_REASONS, TrainingFilter, export_training
 from rollout_assets.training.export import read_report
 from rollout_assets.training.filter import ROLES
@@ -104,7 +105,9 @@ def training_datasets(context: AssetExecutionContext, config: TrainingConfig, lo
         settings = config.training_filter()
         outputs = locations.writable_outputs(key)
         refuse_unless_ledger_checks_passed(context.instance, key, "writing training data")
-        export = export_training(outputs.ledger, outputs.training, key, settings)
+        # In a child: pyarrow and the per-line keys leave with it, so the training checks and
+        # the round job's later steps do not start from them.
+        export = in_child_process(export_training, outputs.ledger, outputs.training, key, settings)
     for name, asset_key in TRAINING_DATASETS.items():
         path = str(export.files.parquet(name))
         yield MaterializeResult(asset_key=asset_key, metadata=_dataset_metadata(export.reports[name], path))

@@ -5,6 +5,7 @@ The body imports nothing of Inspect until it runs: the code location loads the d
 every run, and `inspect_ai` takes about a second and 50 MB to import.
 """
 
+from pathlib import Path
 from typing import Any
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
@@ -14,6 +15,7 @@ from rollout_assets.defs.failures import round_errors_fail_the_step
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
 from rollout_assets.stages import RoundOutputs
+from rollout_assets.stages.memory import in_child_process
 
 
 def _logs_table(report: Any) -> str:
@@ -55,10 +57,16 @@ def _metadata(report: Any, outputs: RoundOutputs) -> dict[str, Any]:
 )
 def inspect_logs(context: AssetExecutionContext, locations: RoundLocations) -> MaterializeResult:
     """Every line of one round's ledger as an Inspect sample, one eval log per role and candidate."""
-    from rollout_assets.inspect_logs import write_inspect_logs
-
     key = context.partition_key
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
-        report = write_inspect_logs(outputs.ledger, outputs.inspect_logs)
+        # In a child: inspect_ai (about 70 MiB) and the writer's buffers leave with it, so the
+        # round job's later steps do not start from them.
+        report = in_child_process(_write_logs, outputs.ledger, outputs.inspect_logs)
     return MaterializeResult(metadata=_metadata(report, outputs))
+
+
+def _write_logs(ledger: Path, folder: Path) -> Any:
+    from rollout_assets.inspect_logs import write_inspect_logs
+
+    return write_inspect_logs(ledger, folder)
