@@ -11,7 +11,6 @@ with its key (a rollout id) and two labels beside it for the queries that need n
 from __future__ import annotations
 
 import marshal
-import shutil
 import sqlite3
 import tempfile
 import weakref
@@ -19,6 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from rollout_assets.scratch_sqlite import close_scratch, scratch_connection
 
 _BATCH = 2_000
 
@@ -48,22 +49,6 @@ def _shared(value: Any, seen: dict[Any, Any]) -> Any:
         # Keyed by their encoding: as dict keys, (1,), (1.0,) and (True,) would be one.
         return seen.setdefault(marshal.dumps(value), value)
     return value
-
-
-def scratch_connection(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
-    """A connection to a temporary file written by one process and then read back: no journal
-    to keep, nothing to sync."""
-    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
-    connection.execute("PRAGMA journal_mode=OFF")
-    connection.execute("PRAGMA synchronous=OFF")
-    return connection
-
-
-def close_scratch(connection: sqlite3.Connection, folder: str | Path | None) -> None:
-    """Close the connection, then remove its temporary folder (None: the file is not ours)."""
-    connection.close()
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def tally_key(value: Any) -> bytes:

@@ -22,7 +22,8 @@ from rollout_assets.training.files import DATASETS, TrainingFiles
 from rollout_assets.training.filter import DROP_REASONS, TrainingFilter
 from rollout_assets.training.out_dir import export_folder, refuse_unless_replaceable
 from rollout_assets.training.rows import RowBuilder
-from rollout_assets.training.scan import LineKey, TrainingInputError, scan_ledger
+from rollout_assets.training.keys import SpilledKeys
+from rollout_assets.training.scan import TrainingInputError, scan_ledger
 from rollout_assets.training.select import Selection, select_groups, select_pairs, select_sft
 from rollout_assets.training.write import write_rows
 
@@ -90,23 +91,24 @@ def export_training(
 def _export(snapshot: LedgerSnapshot, files: TrainingFiles, round_key: str, settings: TrainingFilter) -> TrainingExport:
     rows = RowBuilder(round_key, settings)  # loads a tokenizer before the scan needs it
     scan = scan_ledger(snapshot, settings)
-    selections = {dataset: _SELECTORS[dataset](scan.keys, settings) for dataset in DATASETS}
-    sft_tokens = write_rows(selections, scan.keys, snapshot, files, rows)
-    reports = {dataset: _account(dataset, selections[dataset], scan.keys, files) for dataset in DATASETS}
+    with scan.keys:  # on disk (keys.py), removed when the export is written or fails
+        selections = {dataset: _SELECTORS[dataset](scan.keys, settings) for dataset in DATASETS}
+        sft_tokens = write_rows(selections, scan.keys, snapshot, files, rows)
+        reports = {dataset: _account(dataset, selections[dataset], scan.keys, files) for dataset in DATASETS}
     reports["sft_rows"].tokens = sft_tokens
     export = TrainingExport(round_key, settings, files, reports, scan.sha256)
     write_report(export)
     return export
 
 
-def _account(dataset: str, selection: Selection, keys: list[LineKey], files: TrainingFiles) -> DatasetReport:
+def _account(dataset: str, selection: Selection, keys: SpilledKeys, files: TrainingFiles) -> DatasetReport:
     """The fate of every ledger line in `dataset`, written to its accounting; the report's counts."""
     report = DatasetReport(dataset, lines=len(keys), rows=len(selection.rows), lines_in_rows=0)
     drops: Counter[str] = Counter()
     with AtomicJsonlWriter(files.accounting(dataset)) as accounting:
-        for key in keys:
-            fate = selection.outcome[key.index]
-            accounting.write({"rollout_id": key.rollout_id, "line": key.index + 1, "fate": fate})
+        for index, rollout_id in keys.rollout_ids():
+            fate = selection.outcome[index]
+            accounting.write({"rollout_id": rollout_id, "line": index + 1, "fate": fate})
             if fate == "row":
                 report.lines_in_rows += 1
             else:

@@ -18,6 +18,7 @@ from rollout_assets.errors import RoundError
 from rollout_assets.ledger.io import LedgerReadError, decode_record, parse_valid_line
 from rollout_assets.ledger.snapshot import LedgerSnapshot
 from rollout_assets.training.filter import TrainingFilter, line_drop_reason
+from rollout_assets.training.keys import LineKey, SpilledKeys
 from rollout_assets.training.prepare import scan_transcript
 
 
@@ -25,32 +26,19 @@ class TrainingInputError(RoundError, ValueError):
     """A ledger the training rows cannot be built from (names the file and line)."""
 
 
-@dataclass(frozen=True, slots=True)
-class LineKey:
-    index: int  # 0-based line number in the ledger
-    offset: int
-    length: int
-    rollout_id: str
-    role: str
-    instance_id: str
-    reward: float | None
-    reason: str | None  # the filter's line reason (too_long included), None when trainable
-    digest: bytes  # of the whole normalized transcript
-    prompt_digest: bytes  # of the messages before the first assistant turn
-    has_completion: bool  # an assistant turn exists
-
-
 @dataclass
 class LedgerScan:
-    """The first pass: one key per line, in ledger order, and the SHA-256 of the bytes read."""
+    """The first pass: one key per line, in ledger order (on disk: keys.py), and the SHA-256 of
+    the bytes read."""
 
-    keys: list[LineKey] = field(default_factory=list)
+    keys: SpilledKeys = field(default_factory=SpilledKeys)
     sha256: str = ""
 
 
-def read_line_at(snapshot: LedgerSnapshot, key: LineKey) -> dict[str, Any]:
-    """The line a key points at, parsed (the second pass, on the bytes the first pass validated)."""
-    return decode_record(snapshot.read(key.offset, key.length))
+def read_line_at(snapshot: LedgerSnapshot, offset: int, length: int) -> dict[str, Any]:
+    """The line a key points at (its offset and length), parsed: the second pass, on the bytes
+    the first pass validated."""
+    return decode_record(snapshot.read(offset, length))
 
 
 def scan_ledger(snapshot: LedgerSnapshot, settings: TrainingFilter) -> LedgerScan:
@@ -58,9 +46,13 @@ def scan_ledger(snapshot: LedgerSnapshot, settings: TrainingFilter) -> LedgerSca
     line schema: a line that is not a valid tangle.rollout.v1 line is TrainingInputError
     naming `file:line`."""
     scan, digest = LedgerScan(), hashlib.sha256()
-    for index, (offset, raw) in enumerate(snapshot.lines()):
-        digest.update(raw)
-        scan.keys.append(_key(index, offset, raw, snapshot.path, settings))
+    try:
+        for index, (offset, raw) in enumerate(snapshot.lines()):
+            digest.update(raw)
+            scan.keys.append(_key(index, offset, raw, snapshot.path, settings))
+    except BaseException:
+        scan.keys.close()
+        raise
     scan.sha256 = digest.hexdigest()
     return scan
 

@@ -11,7 +11,7 @@ order (selection order), and memory holds one group's transcripts at a time.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
+from collections.abc import Sequence
 
 from rollout_assets.ledger import AtomicJsonlWriter
 from rollout_assets.ledger.snapshot import LedgerSnapshot
@@ -19,22 +19,28 @@ from rollout_assets.training.arrow import schemas
 from rollout_assets.training.files import AtomicParquetWriter, TrainingFiles
 from rollout_assets.training.prepare import RowTranscript
 from rollout_assets.training.rows import RowBuilder
-from rollout_assets.training.scan import LineKey, read_line_at
+from rollout_assets.training.keys import SpilledKeys
+from rollout_assets.training.scan import read_line_at
 from rollout_assets.training.select import Selection
 
 
 class _Lines:
     """The ledger lines of a round as row transcripts, read from the snapshot on demand."""
 
-    def __init__(self, snapshot: LedgerSnapshot, keys: list[LineKey], rows: RowBuilder) -> None:
+    def __init__(self, snapshot: LedgerSnapshot, keys: SpilledKeys, rows: RowBuilder) -> None:
         self._snapshot, self._keys, self._rows = snapshot, keys, rows
 
+    def transcripts(self, indexes: Sequence[int]) -> dict[int, RowTranscript]:
+        """The transcripts of the lines of `indexes` by index (their places looked up at once)."""
+        places = self._keys.places(indexes)
+        return {index: self._rows.transcript(read_line_at(self._snapshot, *places[index])) for index in indexes}
+
     def transcript(self, index: int) -> RowTranscript:
-        return self._rows.transcript(read_line_at(self._snapshot, self._keys[index]))
+        return self.transcripts([index])[index]
 
 
 def write_rows(
-    selections: dict[str, Selection], keys: list[LineKey], snapshot: LedgerSnapshot, files: TrainingFiles, rows: RowBuilder
+    selections: dict[str, Selection], keys: SpilledKeys, snapshot: LedgerSnapshot, files: TrainingFiles, rows: RowBuilder
 ) -> int:
     """Write the Parquet files of the three datasets and `sft.jsonl`; the SFT rows' tokens."""
     lines = _Lines(snapshot, keys, rows)
@@ -59,18 +65,22 @@ def _write_sft(selection: Selection, lines: _Lines, files: TrainingFiles, rows: 
 def _write_groups_and_pairs(
     groups: Selection, pairs: Selection, lines: _Lines, files: TrainingFiles, rows: RowBuilder
 ) -> None:
-    pending: deque[tuple[int, ...]] = deque(pairs.rows)
+    pending = iter(pairs.rows)
+    pair = next(pending, None)  # the next pair row to write
     with contextlib.ExitStack() as stack:
         group_file = stack.enter_context(AtomicParquetWriter(files.parquet("grpo_groups"), schemas()["grpo_groups"]))
         pair_file = stack.enter_context(
             AtomicParquetWriter(files.parquet("preference_pairs"), schemas()["preference_pairs"])
         )
         for indexes in groups.rows:
-            prepared = {index: lines.transcript(index) for index in indexes}
+            prepared = lines.transcripts(indexes)
             group_file.write(rows.group_row([prepared[index] for index in indexes]), transcripts=len(indexes))
             # The pair rows of this group's bucket come next in the pairs' order.
-            while pending and all(index in prepared for index in pending[0]):
-                chosen, rejected = pending.popleft()
+            while pair is not None and all(index in prepared for index in pair):
+                chosen, rejected = pair
                 pair_file.write(rows.pair_row(prepared[chosen], prepared[rejected]), transcripts=2)
-        for chosen, rejected in pending:  # pairs of no group: none while both cut the same buckets
+                pair = next(pending, None)
+        while pair is not None:  # pairs of no group: none while both cut the same buckets
+            chosen, rejected = pair
             pair_file.write(rows.pair_row(lines.transcript(chosen), lines.transcript(rejected)), transcripts=2)
+            pair = next(pending, None)
