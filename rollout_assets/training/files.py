@@ -111,9 +111,11 @@ class AtomicParquetWriter:
 
 
 def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
-    """The rows of a Parquet file as dicts (of `columns` only, when given), a small batch at a
-    time (never the whole file)."""
+    """The rows of a Parquet file as dicts (of `columns` only, when given), a few at a time
+    (never the whole file): a GRPO group's row holds every transcript of its group, and a batch
+    of 64 such rows, decoded and made dicts, would hold more than all the rest of the training
+    checks (docs/performance.md)."""
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=64, columns=columns):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=8, columns=columns):
         yield from batch.to_pylist()
