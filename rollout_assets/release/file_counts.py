@@ -48,8 +48,8 @@ def count_files(release: Path) -> FileCounts:
     for path in sorted((release / "data").rglob("*.parquet")):
         kind, split = path.parent.name, path.name.split("-", 1)[0].removesuffix(".parquet")
         number = 0
-        # A few rows a batch: a GRPO row holds its whole group (see training/files.py).
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=8):
+        # A few rows a batch, read ahead by nothing and on this thread (see training/files.py).
+        for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=8, use_threads=False):
             for row in batch.to_pylist():
                 number += 1
                 instances.setdefault(split, set()).add(row["metadata"]["instance_id"])

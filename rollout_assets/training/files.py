@@ -18,12 +18,16 @@ if TYPE_CHECKING:
 # definitions import it, and every run of the project (most never touch a Parquet file) would
 # otherwise hold pyarrow's ~40 MiB.
 
-# Transcripts per Parquet row group: a batch of about a thousand transcripts (a few MB) is in
+# Transcripts per Parquet row group: a batch of about a thousand transcripts (a few MB in Arrow) is in
 # memory only while it is written, and few row groups keep the writer's metadata small (it
 # holds each row group's, tens of KB for the nested message columns, until the file closes:
 # at 128 a group, 40 MB at 120,000 lines). An SFT row holds one, a pair two, a GRPO group one
 # per completion (a row group of groups holds a few rows).
 ROWS_PER_GROUP = 1024
+# Rows wait as Python dicts until this many transcripts, then as Arrow until the row group is
+# full: a transcript as dicts takes several times its Arrow size, and the pairs and the groups
+# are written side by side (1,024 of each as dicts were 130 MiB of the export's peak).
+TRANSCRIPTS_AS_DICTS = 128
 
 DATASETS = ("sft_rows", "preference_pairs", "grpo_groups")
 _STEMS = {"sft_rows": "sft", "preference_pairs": "preference-pairs", "grpo_groups": "grpo-groups"}
@@ -69,6 +73,8 @@ class AtomicParquetWriter:
         self.rows = 0
         self._pending: list[dict[str, Any]] = []
         self._pending_weight = 0
+        self._batches: list[pa.RecordBatch] = []  # the row group's rows already in Arrow
+        self._group_weight = 0
         self._temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
         self._writer: pq.ParquetWriter | None = None
 
@@ -85,15 +91,29 @@ class AtomicParquetWriter:
         self._pending.append(row)
         self.rows += 1
         self._pending_weight += transcripts
-        if self._pending_weight >= ROWS_PER_GROUP:
+        self._group_weight += transcripts
+        if self._group_weight >= ROWS_PER_GROUP:
             self._flush()
+        elif self._pending_weight >= TRANSCRIPTS_AS_DICTS:
+            self._to_arrow()
 
-    def _flush(self) -> None:
+    def _to_arrow(self) -> None:
         import pyarrow as pa
 
-        if self._pending and self._writer is not None:
-            self._writer.write_table(pa.Table.from_pylist(self._pending, schema=self.schema))
+        if self._pending:
+            self._batches.append(pa.RecordBatch.from_pylist(self._pending, schema=self.schema))
             self._pending, self._pending_weight = [], 0
+
+    def _flush(self) -> None:
+        """The rows waiting, written as one row group."""
+        import pyarrow as pa
+
+        self._to_arrow()
+        if self._batches and self._writer is not None:
+            # One chunk, as a table made from the dicts at once: the same pages, the same bytes.
+            table = pa.Table.from_batches(self._batches, schema=self.schema).combine_chunks()
+            self._writer.write_table(table, row_group_size=table.num_rows)
+            self._batches, self._group_weight = [], 0
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
@@ -114,8 +134,12 @@ def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict[
     """The rows of a Parquet file as dicts (of `columns` only, when given), a few at a time
     (never the whole file): a GRPO group's row holds every transcript of its group, and a batch
     of 64 such rows, decoded and made dicts, would hold more than all the rest of the training
-    checks (docs/performance.md)."""
+    checks. Read without pre-buffering (which reads a whole row group ahead, and kept about 90
+    MiB of a large GRPO file in Arrow's buffers) and on this thread (the reader's threads left
+    their allocator arenas behind: 250 MiB resident against 141 for the same rows); see
+    docs/training.md."""
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=8, columns=columns):
+    reader = pq.ParquetFile(path, pre_buffer=False)
+    for batch in reader.iter_batches(batch_size=8, columns=columns, use_threads=False):
         yield from batch.to_pylist()
