@@ -10,6 +10,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from rollout_assets.training.arrow_rows import record_batch
+
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -98,10 +100,8 @@ class AtomicParquetWriter:
             self._to_arrow()
 
     def _to_arrow(self) -> None:
-        import pyarrow as pa
-
         if self._pending:
-            self._batches.append(pa.RecordBatch.from_pylist(self._pending, schema=self.schema))
+            self._batches.append(record_batch(self._pending, self.schema))
             self._pending, self._pending_weight = [], 0
 
     def _flush(self) -> None:
