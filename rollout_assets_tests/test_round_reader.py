@@ -969,6 +969,33 @@ def test_a_run_dir_holding_a_nul_names_no_file(tmp_path: Path) -> None:
     assert read_supervisor_result(f"{run_dir}\0") is None
 
 
+def test_a_run_folder_resolves_as_realpath_resolves_it(tmp_path: Path) -> None:
+    """The kernel's answer (an O_PATH descriptor read back through /proc) and realpath's agree,
+    and realpath answers where the kernel cannot open the path."""
+    from rollout_assets.sources.round.run_dirs import _real_folder
+
+    real = tmp_path / "real" / "runs" / "arm"
+    real.mkdir(parents=True)
+    (real / "result.json").write_text("{}")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for path in (
+        real,
+        tmp_path / "link" / "runs" / "arm",
+        f"{tmp_path}/link/runs/arm/",
+        f"{tmp_path}/link/runs/../runs/./arm",
+        f"{tmp_path}/link/../link/runs/arm",
+        real / "result.json",
+        tmp_path / "missing" / "arm",
+        tmp_path / "loop" / "arm",
+        tmp_path / "dangling" / "arm",
+        real / "result.json" / "arm",
+        "/",
+    ):
+        assert _real_folder(str(path)) == os.path.realpath(path), path
+
+
 @pytest.mark.parametrize(
     ("value", "rounded"),
     [

@@ -38,9 +38,8 @@ from rollout_assets.sources.round import (
     ShotReceiptFile,
     build_manifest,
     list_shot_receipts,
-    read_judge_verdict,
+    read_result_and_verdict,
     read_shot_receipt,
-    read_supervisor_result,
     worker_cwds_of,
 )
 
@@ -67,8 +66,7 @@ def cell_rows(manifest: RoundManifest, context: LineContext) -> Iterator[CellRow
     """Stage 1: every cell's supervisor line and worker cwds, in ledger order."""
     for entry in manifest.entries:
         for cell in entry.cells:
-            result = read_supervisor_result(cell)
-            verdict = read_judge_verdict(cell)
+            result, verdict = read_result_and_verdict(cell)
             line = supervisor_line(context, entry, cell, result=result, verdict=verdict)
             yield CellRow(supervisor=line, worker_cwds=worker_cwds_of(result))
 

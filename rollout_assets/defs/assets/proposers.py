@@ -13,7 +13,6 @@ from rollout_assets.defs.instance import run_created_at
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import ClaudeProjects, RoundLocations
 from rollout_assets.stages import RoundOutputs, write_proposer_transcripts
-from rollout_assets.stages.memory import return_freed_memory
 
 
 def _metadata(
@@ -44,7 +43,6 @@ def proposer_transcripts(context: AssetExecutionContext, locations: RoundLocatio
     unavailable = claude.unavailable_reason()
     if unavailable:
         context.log.warning(unavailable)
-    return_freed_memory()  # of the steps before
     with round_errors_fail_the_step(key):
         outputs = locations.writable_outputs(key)
         captured_at = run_created_at(context.instance, context.run.run_id)

@@ -47,6 +47,7 @@ from rollout_assets.sources.round.packed import PackedStrings
 from rollout_assets.sources.round.receipts import ShotReceiptFile, list_shot_receipts, read_shot_receipt
 from rollout_assets.sources.round.run_dirs import (
     read_judge_verdict,
+    read_result_and_verdict,
     read_supervisor_result,
     reports_unlisted_workers,
     run_dir_file,
@@ -75,6 +76,7 @@ __all__ = [
     "read_cell",
     "read_cost_ledger",
     "read_judge_verdict",
+    "read_result_and_verdict",
     "read_provenance",
     "read_shot_receipt",
     "read_supervisor_result",
