@@ -89,12 +89,14 @@ def dagster_memory_table(results: list[dict]) -> list[str]:
     peak that a round's size can change."""
     return [
         "Memory of the Dagster materialization against what the definitions' imports alone hold (one process",
-        "importing `rollout_assets.definitions`, nothing run; PSS): the part of the peak a round can change.",
+        "importing `rollout_assets.definitions`, nothing run; PSS): the part of the peak a round can change;",
+        "and the round job's peak (`materialize_round`: the round, its training data and Inspect logs, one",
+        "memory run).",
         "",
-        "| scale | imports MiB | Dagster peak MiB | above the imports MiB |",
-        "|---|---|---|---|",
+        "| scale | imports MiB | Dagster peak MiB | above the imports MiB | round job peak MiB |",
+        "|---|---|---|---|---|",
         *(f"| x{r['scale']} | {r['dagster_imports_rss_mib']:.0f} | {r['dagster_rss_mib']:.0f} "
-          f"| {r['dagster_rss_mib'] - r['dagster_imports_rss_mib']:.0f} |" for r in results),
+          f"| {r['dagster_rss_mib'] - r['dagster_imports_rss_mib']:.0f} | {r['round_job_rss_mib']:.0f} |" for r in results),
     ]
 
 
@@ -144,6 +146,8 @@ def checks_share_table(results: list[dict]) -> list[str]:
 # and how much more the largest round may need than x1: memory must not follow the round.
 DAGSTER_PEAK_MIB = 192
 FLAT_GROWTH = 1.10
+# The round job's (the round, its training data and Inspect logs) ceiling at every scale.
+ROUND_JOB_PEAK_MIB = 320
 
 
 def _dagster_time_limit(scale: int) -> float:
@@ -164,7 +168,9 @@ def targets_table(results: list[dict]) -> list[str]:
         ("Dagster materialization <= 1.6 x backfill at x1, <= 1.4 x at x4 and beyond",
          all(r["dagster_s"] <= _dagster_time_limit(r["scale"]) * r["backfill_s"] for r in results),
          ", ".join(f"x{r['scale']} {r['dagster_s'] / r['backfill_s']:.2f}" for r in results)),
-        ("library backfill <= 0.85 x parse floor", all(r["backfill_s"] <= 0.85 * r["floor_s"] for r in results),
+        (f"round job (round, training data, Inspect logs) peak memory <= {ROUND_JOB_PEAK_MIB} MiB at every scale",
+         all(r["round_job_rss_mib"] <= ROUND_JOB_PEAK_MIB for r in results), figures("round_job_rss_mib")),
+        ("library backfill <= 0.8 x parse floor", all(r["backfill_s"] <= 0.8 * r["floor_s"] for r in results),
          ", ".join(f"x{r['scale']} {r['backfill_s'] / r['floor_s']:.2f}" for r in results)),
         ("training rows <= 0.5 x library backfill", all(r["training_s"] <= 0.5 * r["backfill_s"] for r in results),
          ", ".join(f"x{r['scale']} {r['training_s'] / r['backfill_s']:.2f}" for r in results)),
