@@ -409,8 +409,9 @@ def test_permission_errors_are_one_sentence(world_readable_tmp: Path) -> None:
 
 def test_ctrl_c_during_an_export_leaves_the_earlier_files(tmp_path: Path) -> None:
     small = write_round(tmp_path / "ledgers", "round-001", count=2, tag="small")
-    # After the SFT rows come the pairs and groups of 400 instances: time for Ctrl-C to land.
-    big = write_round(tmp_path / "ledgers", "round-002", count=800, tag="big", pad=3000, pairs=400)
+    # After the SFT rows come the pairs and groups of 3,000 instances: time for Ctrl-C to land
+    # (about 1.5 s of writing on an idle machine; a loaded one may see the SFT file late).
+    big = write_round(tmp_path / "ledgers", "round-002", count=400, tag="big", pad=3000, pairs=3000)
     out = tmp_path / "exports" / "out"
     export_training(small, out, "round-001")
     before = tree(out)
