@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def ctrl_c_delivered() -> Iterator[None]:
+    """The tests of Ctrl-C need SIGINT delivered, to this process and to the commands it starts
+    (which inherit an ignored signal). A suite started as a background job of a shell without
+    job control (`cmd &` in a script, as CI runners may start it) begins with SIGINT ignored."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(autouse=True, scope="session")
