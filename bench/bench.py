@@ -31,8 +31,9 @@ a backfill and 14% during a Dagster run, a core the measured processes would oth
 Peak memory therefore comes from one more run of each kind per scale, sampled, whose time
 does not count.
 
-Before measuring, the generated files are flushed to disk and read once, so every measurement
-starts from the same warm page cache. It prints the ratios and writes them, with the machine,
+Before measuring, the generated files are flushed to disk and read once, and the inputs are
+read again before each timed run that reads them, so every measurement starts from the same
+warm page cache. It prints the ratios and writes them, with the machine,
 to docs/BENCHMARKS.md.
 """
 
