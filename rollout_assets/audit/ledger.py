@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from rollout_assets.audit.result import SAMPLE_SIZE
 from rollout_assets.audit.spill import SpilledRows, tally_key
+from rollout_assets.audit.typed_line import valid_line_fields
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
 from rollout_assets.audit.usage import COST_FIELDS
 from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
@@ -267,6 +268,10 @@ class LedgerRecount:
         if not value["messages"] and not value["provenance"].get("gap"):
             self.unlabeled_gaps += 1
             self._problem(f"{where}: empty transcript without a gap reason")
+        self._note_valid(value, where, lineno)
+
+    def _note_valid(self, value: Any, where: str, lineno: int) -> None:
+        """What the verdicts compare of a valid line."""
         role = value["role"]
         parent = value["parent_rollout_id"]
         self._note_joined(value, role)
@@ -313,6 +318,11 @@ class LedgerRecount:
     def observe(self, raw: bytes, lineno: int) -> None:
         where = f"{self.path}:{lineno}"
         self.lines += 1
+        fields = valid_line_fields(raw)
+        if fields is not None:  # valid: decoded and proved in one pass
+            self._tally_all(_Line(fields, where))
+            self._note_valid(fields, where, lineno)
+            return
         try:
             value = ledger_json(raw)
         except ValueError as error:
@@ -323,12 +333,14 @@ class LedgerRecount:
             self.invalid_lines += 1
             self._problem(f"{where}: {_why_invalid(error)}")
             return
-        line = _Line(value, where)
+        self._tally_all(_Line(value, where))
+        self._check_integrity(value, where, lineno)
+
+    def _tally_all(self, line: _Line) -> None:
         self._tally("supervisors", line, self._count_supervisor)
         self._tally("workers", line, self._count_worker)
         self._tally("proposers", line, self._count_proposer)
         self._tally("stats", line, self._count_for_stats)
-        self._check_integrity(value, where, lineno)
 
 
 # Below this size a second process costs more than it saves.

@@ -115,6 +115,9 @@ def ledger_json(raw: bytes) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise NotALedgerLine(f"not UTF-8 ({error})") from None
-    return json.loads(
-        text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_int_or_finite_float
-    )
+    try:
+        return json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_int_or_finite_float
+        )
+    except RecursionError:
+        raise NotALedgerLine("nested deeper than the parsers read") from None

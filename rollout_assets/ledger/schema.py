@@ -106,6 +106,20 @@ def _require_json(value: Any, where: str, info: ValidationInfo) -> Any:
     return value
 
 
+def captured_at_problem(captured_at: str) -> str | None:
+    """Why `captured_at` is no UTC ISO-8601 timestamp; None when it is one."""
+    try:
+        moment = datetime.fromisoformat(captured_at)
+    except ValueError:
+        return f"captured_at {captured_at!r} is not an ISO-8601 timestamp"
+    # A naive or offset timestamp cannot be compared across machines without guessing.
+    if moment.utcoffset() is None:
+        return f"captured_at {captured_at!r} has no timezone; write UTC ('Z' or '+00:00')"
+    if moment.utcoffset() != timedelta(0):
+        return f"captured_at {captured_at!r} is not UTC ('Z' or '+00:00')"
+    return None
+
+
 def _drop_schema_default(field_schema: dict[str, Any]) -> None:
     # The Python default None stands for "key omitted"; null is not a value the key may hold.
     field_schema.pop("default", None)
@@ -274,15 +288,9 @@ class Provenance(BaseModel):
     @field_validator("captured_at")
     @classmethod
     def _captured_at_is_utc(cls, captured_at: str) -> str:
-        try:
-            moment = datetime.fromisoformat(captured_at)
-        except ValueError:
-            raise ValueError(f"captured_at {captured_at!r} is not an ISO-8601 timestamp") from None
-        # A naive or offset timestamp cannot be compared across machines without guessing.
-        if moment.utcoffset() is None:
-            raise ValueError(f"captured_at {captured_at!r} has no timezone; write UTC ('Z' or '+00:00')")
-        if moment.utcoffset() != timedelta(0):
-            raise ValueError(f"captured_at {captured_at!r} is not UTC ('Z' or '+00:00')")
+        problem = captured_at_problem(captured_at)
+        if problem is not None:
+            raise ValueError(problem)
         return captured_at
 
     @model_serializer(mode="wrap")
