@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from rollout_assets.audit.result import SAMPLE_SIZE
 from rollout_assets.audit.spill import SpilledRows, tally_key
-from rollout_assets.audit.typed_line import valid_line_fields
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
+from rollout_assets.audit.typed_line import valid_line_fields
 from rollout_assets.audit.usage import COST_FIELDS
 from rollout_assets.audit.wording import REWARD_SOURCES, gap_kind, rollout_id
 from rollout_assets.counters import FIRST, KEEP, merge_counters, sample

@@ -21,7 +21,7 @@ import msgspec
 import orjson
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, captured_at_problem
+from rollout_assets.ledger.schema import ROLLOUT_SCHEMA, Capture, ChatRole, Role, Split, captured_at_problem
 
 # 64-bit signed integers (the bounds msgspec can state). orjson reads unsigned ones up to
 # 2**64 as integers too and, beyond, the full path reads a double or refuses: such a line is
@@ -47,7 +47,7 @@ class _ToolCall(_Strict):
 
 
 class _ChatMessage(_Strict):
-    role: Literal["system", "user", "assistant", "tool"]
+    role: ChatRole
     content: str | None
     # Optional keys are omitted, never null: UNSET when absent, and null is no str.
     reasoning_content: str | UnsetType = UNSET
@@ -59,7 +59,7 @@ class _ChatMessage(_Strict):
 class _Task(_Strict):
     suite: str
     instance_id: str
-    split: Literal["search", "dev", "holdout", "canary"]
+    split: Split
     seed: _Int | None
     rep: _Int
 
@@ -102,7 +102,7 @@ class _Artifacts(_Strict):
 
 class _Provenance(_Strict):
     captured_at: str
-    capture: Literal["mint", "settle-time", "backfill"]
+    capture: Capture
     gap: _NonEmpty | UnsetType = UNSET
 
 
@@ -115,7 +115,7 @@ class _Line(_Strict):
     candidate_id: str | None
     generation: _Int | None
     candidate_index: _Int | None
-    role: Literal["agent", "supervisor", "worker", "proposer", "judge", "analyst"]
+    role: Role
     task: _Task
     policy: _Policy
     messages: list[_ChatMessage]
@@ -133,11 +133,11 @@ class _NotFast(Exception):
     """The fast path does not accept the line: the full path reads it."""
 
 
-def _free_form(raw: Raw, kinds: bytes) -> Any:
+def _free_form(raw: Raw, kinds: bytes = b"") -> Any:
     """A free-form value as orjson reads it (the full path's reading, big integers included),
-    whose first byte is one of `kinds` (`{` an object, `[` an array, `n` null)."""
+    whose first byte, when `kinds` are given, is one of them (`{` an object, `n` null)."""
     value = bytes(raw)
-    if kinds and value[:1] not in [kinds[index : index + 1] for index in range(len(kinds))]:
+    if kinds and value[0] not in kinds:
         raise _NotFast
     try:
         return orjson.loads(value)
@@ -145,9 +145,14 @@ def _free_form(raw: Raw, kinds: bytes) -> Any:
         raise _NotFast from None
 
 
-def _dict(struct: Struct) -> dict[str, Any]:
-    """A struct's fields as the model's dump has them: an absent optional key omitted."""
-    return {name: value for name in struct.__struct_fields__ if (value := getattr(struct, name)) is not UNSET}
+def _dict(struct: Struct, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A struct's fields as the model's dump has them (an absent optional key omitted), but
+    those in `leave_out`."""
+    return {
+        name: value
+        for name in struct.__struct_fields__
+        if name not in leave_out and (value := getattr(struct, name)) is not UNSET
+    }
 
 
 def valid_line_fields(raw: bytes) -> dict[str, Any] | None:
@@ -182,19 +187,17 @@ def _fields(line: _Line) -> dict[str, Any]:
     if captured_at_problem(provenance.captured_at) is not None:
         raise _NotFast
     _free_form(line.policy.sampling, b"{n")
-    _free_form(outcome.verdict, b"")
+    _free_form(outcome.verdict)
     for definition in line.tool_defs:
         _free_form(definition, b"{")
     metrics = _free_form(outcome.metrics, b"{")
-    fields = _dict(line)
-    # Not read back: a valid line's are plain JSON, which is all the recount asks of them.
-    del fields["policy"], fields["tool_defs"]
-    fields.update(
-        task=_dict(line.task),
-        outcome={**_dict(outcome), "metrics": metrics},
-        cost=_dict(line.cost),
-        artifacts=_dict(line.artifacts),
-        provenance=_dict(provenance),
-    )
-    del fields["outcome"]["verdict"]
-    return fields
+    # policy, tool_defs and the verdict are not read back: a valid line's are plain JSON, which
+    # is all the recount asks of them.
+    return {
+        **_dict(line, leave_out=("policy", "tool_defs")),
+        "task": _dict(line.task),
+        "outcome": {**_dict(outcome, leave_out=("verdict",)), "metrics": metrics},
+        "cost": _dict(line.cost),
+        "artifacts": _dict(line.artifacts),
+        "provenance": _dict(provenance),
+    }
