@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rollout_assets.audit.worker_cwds import WorkerCwds
+from rollout_assets.file_copy import copy_range
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -138,8 +139,8 @@ def _copy_file(source: str, target: str) -> None:
     except OSError as error:
         raise _CannotCopy(f"{source}: {error.strerror or error}") from None
     try:
-        with open(descriptor, "rb", closefd=False) as reading, open(target, "wb") as writing:
-            shutil.copyfileobj(reading, writing, 1 << 20)
+        with open(target, "wb") as writing:
+            copy_range(descriptor, writing.fileno())
     except OSError as error:
         raise _CannotCopy(f"{source}: {error.strerror or error}") from None
     finally:

@@ -23,6 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from rollout_assets.errors import RoundError
+from rollout_assets.file_copy import copy_range
 from rollout_assets.ledger.schema import PARSED_FROM_JSON, ROLLOUT_SCHEMA, RolloutLine
 
 StrPath = str | os.PathLike[str]
@@ -259,23 +260,7 @@ class AtomicJsonlWriter:
         # What was written before goes first. The kernel writes at, and advances, the file's
         # offset, where the buffered file object's next flush writes too.
         self._file.flush()
-        target = self._file.fileno()
-        copied = 0
-        try:
-            while copied < length:
-                step = os.copy_file_range(source.fileno(), target, length - copied, offset + copied)
-                if step == 0:
-                    break
-                copied += step
-        except OSError:
-            # A filesystem or kernel without it: copy through a buffer instead. Whatever the
-            # kernel already copied is kept, and the copy goes on from there.
-            while copied < length:
-                block = os.pread(source.fileno(), min(length - copied, 1 << 20), offset + copied)
-                if not block:
-                    break
-                self._file.write(block)
-                copied += len(block)
+        copied = copy_range(source.fileno(), self._file.fileno(), offset, length)
         if copied != length:
             raise ValueError(
                 f"{getattr(source, 'name', source)}: {length} bytes expected from offset {offset}, "

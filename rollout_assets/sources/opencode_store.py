@@ -46,6 +46,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rollout_assets.errors import RoundError
+from rollout_assets.file_copy import CopyTargetError, copy_range
 
 # How long a locked store is waited for, in seconds (a float); read at every snapshot.
 WAIT_ENV = "ROLLOUT_ASSETS_OPENCODE_WAIT_S"
@@ -333,18 +334,19 @@ def _copy_files(store: str, copy: Path, sibling: str) -> None:
 
 
 def _copy_bytes(source: str, descriptor: int, target: Path) -> None:
+    """The whole file open as `descriptor` (`source`), copied by the kernel into a new `target`."""
     try:
-        with open(target, "xb") as out:
-            offset = 0
-            while chunk := os.pread(descriptor, 1 << 20, offset):
-                out.write(chunk)
-                offset += len(chunk)
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as error:
-        if error.filename is not None and os.fsdecode(error.filename) == str(target):
-            raise OpencodeStoreError(
-                f"{source}: cannot write its snapshot {target}: {error.strerror}"
-            ) from error
+        raise OpencodeStoreError(f"{source}: cannot write its snapshot {target}: {error.strerror}") from error
+    try:
+        copy_range(descriptor, out)
+    except CopyTargetError as error:
+        raise OpencodeStoreError(f"{source}: cannot write its snapshot {target}: {error.strerror}") from error
+    except OSError as error:
         raise StoreUnavailable(f"{source}: {error.strerror or error}") from None
+    finally:
+        os.close(out)
 
 
 def _state(descriptor: int, sibling: str) -> tuple[object, ...]:
