@@ -571,3 +571,34 @@ def test_a_worker_process_of_the_round_reads_its_parents_snapshot(demo: DemoLayo
         again.close()
 
     assert agents == {"after-the-first-open"}
+
+
+# A snapshot in a process that may not write a file past 64 KiB (RLIMIT_FSIZE: the write
+# fails with EFBIG, as on a full disk): the child prints what take_snapshot raised.
+SNAPSHOT_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from rollout_assets.sources.opencode_store import take_snapshot
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+    try:
+        take_snapshot(sys.argv[1], wait_s=0)
+    except Exception as error:
+        print(type(error).__name__, error)
+    """
+)
+
+
+def test_a_snapshot_that_cannot_be_written_says_so_and_not_that_the_store_is_unreadable(
+    demo: DemoLayout, tmp_path: Path
+) -> None:
+    db = store_in_mode(demo, tmp_path / "store", "rollback")
+    assert db.stat().st_size > 64 * 1024
+
+    done = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT_UNDER_A_FILE_SIZE_LIMIT, str(db)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+
+    assert done.stdout.startswith(f"OpencodeStoreError {db}: cannot write its snapshot "), done.stdout + done.stderr
+    assert "File too large" in done.stdout
