@@ -602,3 +602,30 @@ def test_a_snapshot_that_cannot_be_written_says_so_and_not_that_the_store_is_unr
 
     assert done.stdout.startswith(f"OpencodeStoreError {db}: cannot write its snapshot "), done.stdout + done.stderr
     assert "File too large" in done.stdout
+
+
+AUDIT_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from pathlib import Path
+    from rollout_assets.audit.stores import read_store
+    from rollout_assets.audit.worker_cwds import WorkerCwds
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+    reading = read_store(Path(sys.argv[1]), WorkerCwds.of({"/some/cwd"}))
+    print(reading.readable, reading.why)
+    """
+)
+
+
+def test_an_audit_copy_that_cannot_be_written_names_the_copy_not_the_store(demo: DemoLayout, tmp_path: Path) -> None:
+    db = store_in_mode(demo, tmp_path / "store", "rollback")
+
+    done = subprocess.run(
+        [sys.executable, "-c", AUDIT_UNDER_A_FILE_SIZE_LIMIT, str(db)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+
+    assert done.stdout.startswith("False cannot copy it: "), done.stdout + done.stderr
+    assert "/rollout-audit-store-" in done.stdout and "opencode.db: File too large" in done.stdout
+    assert f"{db}:" not in done.stdout

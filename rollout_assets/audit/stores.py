@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rollout_assets.audit.worker_cwds import WorkerCwds
-from rollout_assets.file_copy import copy_range
+from rollout_assets.file_copy import CopyTargetError, copy_range
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -141,6 +141,8 @@ def _copy_file(source: str, target: str) -> None:
     try:
         with open(target, "wb") as writing:
             copy_range(descriptor, writing.fileno())
+    except CopyTargetError as error:  # the audit's folder, not the store
+        raise _CannotCopy(f"{target}: {error.strerror or error}") from None
     except OSError as error:
         raise _CannotCopy(f"{source}: {error.strerror or error}") from None
     finally:
