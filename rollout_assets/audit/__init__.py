@@ -19,6 +19,8 @@ taken in the same pass); each check's verdict is then a comparison of the two.
     shots.py         the proposer receipts and their candidate transcript files
     inputs.py        recount_inputs: everything the inputs say, every expected line
     ledger.py        recount_ledger: one pass over the ledger (LedgerRecount), in parts
+    typed_line.py    a ledger line decoded and validated in one pass (msgspec), else left to the models
+    exact_sums.py    the recount's exact sums of rewards and costs, as whole units of 2**-1074
     result.py        AuditResult and the multiset comparison
     verdicts.py      the counting, integrity and stats verdicts
     inputs_match.py  the order check's verdict: every line where the inputs put it

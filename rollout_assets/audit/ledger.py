@@ -13,12 +13,12 @@ import tempfile
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from rollout_assets.audit.exact_sums import units
 from rollout_assets.audit.result import SAMPLE_SIZE
 from rollout_assets.audit.spill import SpilledRows, tally_key
 from rollout_assets.audit.strict_json import NotALedgerLine, is_number, ledger_json
@@ -99,7 +99,7 @@ class LedgerRecount:
     reward_labeled: int = 0
     gap_kinds: Counter[str] = field(default_factory=Counter)  # gap lines by the kind of their gap
     worker_full_transcripts: int = 0  # worker lines with messages: sessions joined
-    # role -> [lines with a reward (or a cost), their exact sum]
+    # role -> [lines with a reward (or a cost), their exact sum in units of 2**-1074 (exact_sums.py)]
     rewards_by_role: dict[str, list[Any]] = field(default_factory=dict)
     costs_by_role: dict[str, list[Any]] = field(default_factory=dict)
     # audit name -> the first line it could not read (that audit then proves nothing)
@@ -234,9 +234,9 @@ class LedgerRecount:
         role = line.get("role")
         for value, sums in ((reward, self.rewards_by_role), (line.get("cost", "usd"), self.costs_by_role)):
             if is_number(value):
-                count_and_sum = sums.setdefault(role, [0, Fraction(0)])
+                count_and_sum = sums.setdefault(role, [0, 0])
                 count_and_sum[0] += 1
-                count_and_sum[1] += Fraction(value)
+                count_and_sum[1] += units(value)
         provenance = line.get("provenance")
         gap = provenance.get("gap") if isinstance(provenance, dict) else None
         if isinstance(gap, str):

@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from rollout_assets.audit.exact_sums import exact_value
 from rollout_assets.audit.inputs import InputsRecount
 from rollout_assets.audit.ledger import LedgerRecount, MalformedLedgerLine
 from rollout_assets.audit.result import SAMPLE_SIZE, AuditResult, compare, compare_counts, sample
@@ -153,7 +154,8 @@ def _sums_problems(
     of that last decimal, plus the few units in the last place of a double that the writer's
     division and rounding may add."""
     expected = {}
-    for role, (count, total) in recounted.items():
+    for role, (count, total_units) in recounted.items():
+        total = exact_value(total_units)
         value = _as_double(total / count if mean else total)
         expected[role] = (count, value)
     seen = {}
