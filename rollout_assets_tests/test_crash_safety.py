@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rollout_assets.demo import DemoLayout
+from rollout_assets.demo.opencode_store import create_store_schema
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets_tests.ledger_processes import (
     OLD_LEDGER,
@@ -98,6 +101,18 @@ def _file_size_limit(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
 
+def _store_without_sessions(folder: Path) -> Path:
+    """An opencode store with its tables and no session (a few pages): its snapshot fits under
+    the limits below, where the big round's store (73 MB) does not, and the limit then stops the
+    snapshot first (test_the_snapshot_of_a_store_past_the_limit_fails_the_round_...). Every
+    worker line becomes a gap line; the ledger is still larger than each limit."""
+    store = folder / "opencode-without-sessions.db"
+    with sqlite3.connect(store) as connection:
+        create_store_schema(connection, legacy=False)
+    connection.close()
+    return store
+
+
 @pytest.mark.parametrize(
     ("limit", "workers", "who"),
     [
@@ -113,9 +128,11 @@ def test_a_disk_that_fills_up_during_a_backfill_leaves_the_old_ledger_and_nothin
     ledgers.mkdir()
     ledger = ledgers / "out.jsonl"
     ledger.write_bytes(OLD_LEDGER)
+    store = _store_without_sessions(tmp_path)
+    assert store.stat().st_size < limit
 
     result = subprocess.run(
-        backfill_command(big, ledger, "--workers", str(workers)),
+        backfill_command(big, ledger, "--workers", str(workers), "--opencode-db", str(store)),
         preexec_fn=lambda: _file_size_limit(limit),
         capture_output=True,
         text=True,
@@ -125,6 +142,36 @@ def test_a_disk_that_fills_up_during_a_backfill_leaves_the_old_ledger_and_nothin
 
     assert result.returncode == 1, f"{who}: {result.stderr[-3000:]}"
     assert result.stderr == f"rollout-assets: error: ledger {ledger} not written: [Errno 27] File too large\n"
+    assert result.stdout == ""
+    assert ledger.read_bytes() == OLD_LEDGER
+    assert sorted(os.listdir(ledgers)) == ["out.jsonl"]
+
+
+def test_the_snapshot_of_a_store_past_the_limit_fails_the_round_and_leaves_the_old_ledger(
+    big: DemoLayout, tmp_path: Path
+) -> None:
+    """The store is readable; its private copy cannot be written. That fails the round, naming the
+    copy: its sessions never become gap lines saying the store could not be read."""
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir()
+    ledger = ledgers / "out.jsonl"
+    ledger.write_bytes(OLD_LEDGER)
+
+    result = subprocess.run(
+        backfill_command(big, ledger),
+        preexec_fn=lambda: _file_size_limit(4 * 1024 * 1024),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.fullmatch(
+        rf"rollout-assets: error: {re.escape(str(big.opencode_db))}: cannot write its snapshot "
+        r"\S+/rollout-assets-opencode-\w+/opencode\.db: File too large\n",
+        result.stderr,
+    ), result.stderr
     assert result.stdout == ""
     assert ledger.read_bytes() == OLD_LEDGER
     assert sorted(os.listdir(ledgers)) == ["out.jsonl"]
