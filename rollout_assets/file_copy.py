@@ -2,8 +2,9 @@
 
 `os.copy_file_range` moves the bytes inside the kernel: no pass through Python's buffers, and
 on a filesystem that shares extents (XFS, Btrfs) no copy of the data at all. Copying the
-benchmark round's 695 MB opencode store from the page cache on ext4 took 0.27 s this way
-against 1.3-1.9 s read and written in 1 MiB blocks (docs/performance.md). Where the kernel
+benchmark round's 695 MB opencode store from the page cache on ext4 takes 0.24-0.29 s this
+way; read in a new 1 MiB block at a time, a first copy in a process took 0.64-1.59 s
+(docs/performance.md). Where the kernel
 refuses (two filesystems, an old kernel, a filesystem without it) or stops short of the
 source's end, the rest is read and written in blocks, so the result is the same everywhere.
 """

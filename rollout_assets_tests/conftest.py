@@ -34,6 +34,21 @@ def run_dirs_in_the_temp_folder() -> Iterator[None]:
 
 
 @pytest.fixture
+def other_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A folder on another filesystem than tmp_path (tmpfs under /dev/shm), where the kernel
+    refuses to copy between the two (`copy_file_range`: EXDEV); removed after the test."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test folder")
+    folder = shm / f"rollout-assets-test-{os.getpid()}-{tmp_path.name}"
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
 def world_readable_tmp() -> Iterator[Path]:
     """A temp folder `nobody` can enter (pytest's own are private to their owner), for tests
     that run code as `nobody` (rollout_assets_tests/unprivileged.py)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,6 @@ def _source(folder: Path) -> Path:
     path = folder / "source.bin"
     path.write_bytes(DATA)
     return path
-
-
-@pytest.fixture
-def other_filesystem(tmp_path: Path) -> Iterator[Path]:
-    """A folder on another filesystem than tmp_path (tmpfs), where the kernel refuses to copy."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
-        pytest.skip("needs /dev/shm on another filesystem than the test folder")
-    folder = shm / f"rollout-assets-test-{os.getpid()}-{tmp_path.name}"
-    folder.mkdir()
-    try:
-        yield folder
-    finally:
-        for entry in folder.iterdir():
-            entry.unlink()
-        folder.rmdir()
 
 
 def _copy(source: Path, target: Path, offset: int = 0, length: int | None = None, before: bytes = b"") -> int:

@@ -193,24 +193,14 @@ def test_append_range_puts_the_copied_lines_between_the_written_ones(tmp_path: P
     ]
 
 
-def test_append_range_copies_through_a_buffer_across_filesystems(tmp_path: Path) -> None:
+def test_append_range_copies_through_a_buffer_across_filesystems(tmp_path: Path, other_filesystem: Path) -> None:
     # The kernel refuses a copy between two filesystems (tmpfs to the test folder's): the
     # writer must fall back to reading and writing, with the same result.
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
-        pytest.skip("needs /dev/shm on another filesystem than the test folder")
-    folder = shm / f"rollout-assets-test-{tmp_path.name}"
-    folder.mkdir()
-    try:
-        source, lines = _encoded_source(folder)
-        across, local = tmp_path / "across.jsonl", tmp_path / "local.jsonl"
-        _append_middle_line_between_writes(across, source, lines)
-        local_source, _ = _encoded_source(tmp_path)
-        _append_middle_line_between_writes(local, local_source, lines)
-    finally:
-        for entry in folder.iterdir():
-            entry.unlink()
-        folder.rmdir()
+    source, lines = _encoded_source(other_filesystem)
+    across, local = tmp_path / "across.jsonl", tmp_path / "local.jsonl"
+    _append_middle_line_between_writes(across, source, lines)
+    local_source, _ = _encoded_source(tmp_path)
+    _append_middle_line_between_writes(local, local_source, lines)
 
     assert across.read_bytes() == local.read_bytes()
     assert across.read_bytes().splitlines(keepends=True)[1] == lines[1]

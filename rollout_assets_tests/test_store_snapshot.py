@@ -31,6 +31,7 @@ from rollout_assets.errors import RoundError
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.opencode_store import WAIT_ENV, OpencodeStoreBusy, take_snapshot
+from rollout_assets_tests.test_ledger_io import file_size_limit
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 SPEC = RoundSpec(
@@ -573,14 +574,12 @@ def test_a_worker_process_of_the_round_reads_its_parents_snapshot(demo: DemoLayo
     assert agents == {"after-the-first-open"}
 
 
-# A snapshot in a process that may not write a file past 64 KiB (RLIMIT_FSIZE: the write
-# fails with EFBIG, as on a full disk): the child prints what take_snapshot raised.
+# Run in a process that may not write a file past 64 KiB (file_size_limit: the write fails
+# with EFBIG, as on a full disk): the child prints what take_snapshot raised.
 SNAPSHOT_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
     """
-    import resource, signal, sys
+    import sys
     from rollout_assets.sources.opencode_store import take_snapshot
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
     try:
         take_snapshot(sys.argv[1], wait_s=0)
     except Exception as error:
@@ -597,7 +596,7 @@ def test_a_snapshot_that_cannot_be_written_says_so_and_not_that_the_store_is_unr
 
     done = subprocess.run(
         [sys.executable, "-c", SNAPSHOT_UNDER_A_FILE_SIZE_LIMIT, str(db)],
-        capture_output=True, text=True, timeout=60, check=True,
+        preexec_fn=file_size_limit(64 * 1024), capture_output=True, text=True, timeout=60, check=True,
     )
 
     assert done.stdout.startswith(f"OpencodeStoreError {db}: cannot write its snapshot "), done.stdout + done.stderr
@@ -606,12 +605,10 @@ def test_a_snapshot_that_cannot_be_written_says_so_and_not_that_the_store_is_unr
 
 AUDIT_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
     """
-    import resource, signal, sys
+    import sys
     from pathlib import Path
     from rollout_assets.audit.stores import read_store
     from rollout_assets.audit.worker_cwds import WorkerCwds
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
     reading = read_store(Path(sys.argv[1]), WorkerCwds.of({"/some/cwd"}))
     print(reading.readable, reading.why)
     """
@@ -623,7 +620,7 @@ def test_an_audit_copy_that_cannot_be_written_names_the_copy_not_the_store(demo:
 
     done = subprocess.run(
         [sys.executable, "-c", AUDIT_UNDER_A_FILE_SIZE_LIMIT, str(db)],
-        capture_output=True, text=True, timeout=60, check=True,
+        preexec_fn=file_size_limit(64 * 1024), capture_output=True, text=True, timeout=60, check=True,
     )
 
     assert done.stdout.startswith("False cannot copy it: "), done.stdout + done.stderr
