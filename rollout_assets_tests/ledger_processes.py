@@ -1,11 +1,13 @@
 """Shared helpers of the crash-safety and concurrency tests: a round big enough that its
 backfill takes a second or two, `rollout-assets backfill` started as a real process, and the
 files a ledger writer leaves beside OUT (`.OUT.<token>.tmp`, `.OUT.segment-….tmp`,
-`.OUT.lock`)."""
+`.OUT.lock`), and a file-size limit for a child process."""
 
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import subprocess
 import sys
 import time
@@ -99,3 +101,16 @@ def processes_mentioning(text: str) -> list[int]:
 def ledger_line_count(ledger: Path) -> int:
     with open(ledger, "rb") as handle:
         return sum(1 for _ in handle)
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """For a child process (`preexec_fn`): files it, and the workers it forks, write cannot grow
+    past `limit` bytes. Writing beyond fails with EFBIG ("File too large"), where a full disk
+    fails with ENOSPC: a real error of the kernel at the same calls. SIGXFSZ, which would kill
+    the process, is ignored."""
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return apply

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import signal
 import sqlite3
 import subprocess
@@ -21,6 +20,7 @@ from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets_tests.ledger_processes import (
     OLD_LEDGER,
     backfill_command,
+    file_size_limit,
     ledger_line_count,
     lock_file,
     processes_mentioning,
@@ -93,14 +93,6 @@ def test_sigkill_while_writing_keeps_the_previous_ledger_and_the_next_run_comple
     assert stats["byRole"]["supervisor"] == 816
 
 
-def _file_size_limit(limit: int) -> None:
-    """In the child: files it (and its workers) write cannot grow past `limit` bytes. Writing
-    beyond fails with EFBIG ("File too large"), where a full disk fails with ENOSPC: a real
-    error of the kernel at the same calls. SIGXFSZ, which would kill the process, is ignored."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
-
 def _store_without_sessions(folder: Path) -> Path:
     """An opencode store with its tables and no session (a few pages): its snapshot fits under
     the limits below, where the big round's store (73 MB) does not, and the limit then stops the
@@ -133,7 +125,7 @@ def test_a_disk_that_fills_up_during_a_backfill_leaves_the_old_ledger_and_nothin
 
     result = subprocess.run(
         backfill_command(big, ledger, "--workers", str(workers), "--opencode-db", str(store)),
-        preexec_fn=lambda: _file_size_limit(limit),
+        preexec_fn=file_size_limit(limit),
         capture_output=True,
         text=True,
         timeout=300,
@@ -159,7 +151,7 @@ def test_the_snapshot_of_a_store_past_the_limit_fails_the_round_and_leaves_the_o
 
     result = subprocess.run(
         backfill_command(big, ledger),
-        preexec_fn=lambda: _file_size_limit(4 * 1024 * 1024),
+        preexec_fn=file_size_limit(4 * 1024 * 1024),
         capture_output=True,
         text=True,
         timeout=300,

@@ -26,7 +26,7 @@ from rollout_assets.training import export_training
 from rollout_assets.training import export as export_module
 from rollout_assets_tests.dataset_ledgers import cli as run_cli
 from rollout_assets_tests.dataset_ledgers import tree, worker_lines, write_round
-from rollout_assets_tests.test_ledger_io import file_size_limit
+from rollout_assets_tests.ledger_processes import file_size_limit
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 TRAINING_FILES = {

@@ -1,11 +1,9 @@
 """The ledger file API on real files: atomic writes, byte-exact lines, loud reads."""
 
 import json
-import resource
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from rollout_assets.ledger import (
     write_ledger,
 )
 from rollout_assets_tests.ledger_samples import sample_line, sample_worker_line
+from rollout_assets_tests.ledger_processes import file_size_limit
 
 SUPERVISOR_ID = "5b0c6f1e-6d3a-5a8e-9a53-2f9d8c1b7e01"
 WORKER_ID = "9d4e2a70-1c3b-5f6d-8e9a-0b1c2d3e4f50"
@@ -255,18 +254,6 @@ def test_exception_inside_writer_block_leaves_no_file_behind(tmp_path: Path) -> 
         raise KeyboardInterrupt
 
     assert folder_entries(tmp_path) == []
-
-
-def file_size_limit(limit: int) -> Callable[[], None]:
-    """For a child process: files it writes cannot grow past `limit` bytes. Writing beyond
-    fails with EFBIG ("File too large"), where a full disk fails with ENOSPC: a real error
-    of the kernel at the same calls. SIGXFSZ, which would kill the process, is ignored."""
-
-    def apply() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
-    return apply
 
 
 # Writes `count` records of about 1 KiB to the path given, in a child process.

@@ -17,7 +17,7 @@ import pytest
 from rollout_assets_tests.dagster_rounds import SMALL_SPEC, write_rounds
 from rollout_assets_tests.dagster_dev import WITH_DEFAULT_SIGNALS
 from rollout_assets_tests.test_assets import PROJECT_DIR, _cli_env, _dagster_home
-from rollout_assets_tests.test_ledger_io import file_size_limit
+from rollout_assets_tests.ledger_processes import file_size_limit
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ from rollout_assets.errors import RoundError
 from rollout_assets.ledger import read_ledger_dicts
 from rollout_assets.sources.opencode import OpencodeStore
 from rollout_assets.sources.opencode_store import WAIT_ENV, OpencodeStoreBusy, take_snapshot
-from rollout_assets_tests.test_ledger_io import file_size_limit
+from rollout_assets_tests.ledger_processes import file_size_limit
 from rollout_assets_tests.unprivileged import DROP_TO_NOBODY, run_unprivileged
 
 SPEC = RoundSpec(

@@ -335,14 +335,18 @@ def _copy_files(store: str, copy: Path, sibling: str) -> None:
 
 def _copy_bytes(source: str, descriptor: int, target: Path) -> None:
     """The whole file open as `descriptor` (`source`), copied by the kernel into a new `target`."""
+
+    def cannot_write(error: OSError) -> OpencodeStoreError:
+        return OpencodeStoreError(f"{source}: cannot write its snapshot {target}: {error.strerror}")
+
     try:
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as error:
-        raise OpencodeStoreError(f"{source}: cannot write its snapshot {target}: {error.strerror}") from error
+        raise cannot_write(error) from error
     try:
         copy_range(descriptor, out)
     except CopyTargetError as error:
-        raise OpencodeStoreError(f"{source}: cannot write its snapshot {target}: {error.strerror}") from error
+        raise cannot_write(error) from error
     except OSError as error:
         raise StoreUnavailable(f"{source}: {error.strerror or error}") from None
     finally:
