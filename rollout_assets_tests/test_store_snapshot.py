@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from rollout_assets.audit.stores import _CannotCopy, _copy_file
 from rollout_assets.backfill import parallel
 from rollout_assets.backfill.parallel import StorePerProcess, backfill_to_file
 from rollout_assets.demo import DemoLayout, RoundSpec, write_demo
@@ -626,3 +627,13 @@ def test_an_audit_copy_that_cannot_be_written_names_the_copy_not_the_store(demo:
     assert done.stdout.startswith("False cannot copy it: "), done.stdout + done.stderr
     assert "/rollout-audit-store-" in done.stdout and "opencode.db: File too large" in done.stdout
     assert f"{db}:" not in done.stdout
+
+
+def test_an_audit_copy_that_cannot_be_created_names_the_copy_not_the_store(demo: DemoLayout, tmp_path: Path) -> None:
+    db = store_in_mode(demo, tmp_path / "store", "rollback")
+    target = tmp_path / "removed-folder" / "opencode.db"  # open(target) fails: its folder is gone
+
+    with pytest.raises(_CannotCopy) as refused:
+        _copy_file(str(db), str(target))
+
+    assert str(refused.value) == f"{target}: No such file or directory"

@@ -139,7 +139,11 @@ def _copy_file(source: str, target: str) -> None:
     except OSError as error:
         raise _CannotCopy(f"{source}: {error.strerror or error}") from None
     try:
-        with open(target, "wb") as writing:
+        try:
+            writing = open(target, "wb")
+        except OSError as error:  # the audit's folder, not the store
+            raise _CannotCopy(f"{target}: {error.strerror or error}") from None
+        with writing:
             copy_range(descriptor, writing.fileno())
     except CopyTargetError as error:  # the audit's folder, not the store
         raise _CannotCopy(f"{target}: {error.strerror or error}") from None
