@@ -26,9 +26,12 @@ from dagster import AssetCheckSeverity, DagsterInstance, instance_for_test
 
 from rollout_assets import audit
 from rollout_assets.audit import cells as audit_cells
+from rollout_assets.audit import inputs as inputs_module
 from rollout_assets.audit.stores import opencode_sessions
 from rollout_assets.backfill.join import RoundBackfill
+from rollout_assets.defs import checks as checks_module
 from rollout_assets.defs.assets import rollout_ledger, rollout_stats
+from rollout_assets.defs.assets import workers as workers_asset_module
 from rollout_assets.demo import DemoLayout, EdgeCaseSite, edge_case_sites
 from rollout_assets.ledger import write_ledger
 from rollout_assets_tests.audit_runs import (
@@ -672,6 +675,58 @@ def test_worker_list_check_warns_without_failing_the_run(tmp_path: Path) -> None
         "cells": ["gen1-cand0/astropy__astropy-12907/rep1"],
     }
     assert {name for name, e in found.items() if e.passed} == CHECK_NAMES - {"every_cell_lists_its_workers"}
+
+
+def test_inputs_recount_takes_over_a_walk_of_the_cells_made_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = write_rounds(tmp_path / "demo")
+    (edge_case_sites(layout.root, ROUND_SPEC)["composite_judge_score"].run_dir / "result.json").unlink()
+    out_dir, claude = layout.rounds_root / ROUND, layout.claude_projects_dir
+    own_walk = audit.recount_inputs(out_dir, layout.opencode_db, claude_projects=claude)
+    walked = audit_cells.recount_cells(out_dir, None)
+
+    def no_second_walk(*args: Any) -> None:
+        raise AssertionError("the cells were walked again")
+
+    monkeypatch.setattr(inputs_module, "recount_cells", no_second_walk)
+    taken_over = audit.recount_inputs(out_dir, layout.opencode_db, claude_projects=claude, cells=walked)
+
+    assert taken_over == own_walk
+    assert len(own_walk.cells_without_worker_list) == 1 and own_walk.tally("session_ids")
+
+
+def test_a_run_walks_the_cells_once_and_copies_the_store_after_the_worker_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning on campaign_cells walks the cells; the ledger checks' inputs recount takes
+    that walk over and makes the audit's copy of the store only once the worker stage has read
+    the store (and removed its snapshot): two copies at once made the second wait on the disk."""
+    layout = write_rounds(tmp_path / "demo")
+    events: list[str] = []
+
+    def recording(module: Any, name: str, event: str, after: bool = False) -> None:
+        original = getattr(module, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not after:
+                events.append(event)
+            result = original(*args, **kwargs)
+            if after:
+                events.append(event)
+            return result
+
+        monkeypatch.setattr(module, name, call)
+
+    recording(checks_module, "recount_cells", "the cells walked")
+    recording(inputs_module, "recount_cells", "the cells walked again")
+    recording(inputs_module, "read_store", "the audit's copy of the store")
+    recording(workers_asset_module, "write_worker_sessions", "the worker stage done", after=True)
+    with instance_for_test() as instance:
+        result = materialize_round(instance, round_resources(layout, tmp_path / "ledgers"))
+
+    assert result.success
+    assert events == ["the cells walked", "the worker stage done", "the audit's copy of the store"]
 
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -637,3 +638,30 @@ def test_an_audit_copy_that_cannot_be_created_names_the_copy_not_the_store(demo:
         _copy_file(str(db), str(target))
 
     assert str(refused.value) == f"{target}: No such file or directory"
+
+
+def test_the_round_s_snapshot_is_removed_as_soon_as_the_round_is_read(
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its pages not yet on disk are then dropped instead of being written (docs/performance.md).
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(parallel, "CELLS_PER_UNIT", 1)  # one progress call per cell
+
+    def snapshots() -> list[str]:
+        return sorted(p.name for p in temp.iterdir() if p.name.startswith("rollout-assets-opencode-"))
+
+    while_reading: list[list[str]] = []
+    backfill_to_file(
+        demo.rounds[0],
+        tmp_path / "ledger.jsonl",
+        opencode_db=demo.opencode_db,
+        claude_projects_dir=demo.claude_projects_dir,
+        captured_at=CAPTURED_AT,
+        workers=2,
+        on_cells_done=lambda done, total: while_reading.append(snapshots()),
+    )
+
+    assert while_reading and all(len(folders) == 1 for folders in while_reading)
+    assert snapshots() == []

@@ -106,11 +106,16 @@ def recount_inputs(
     workers: int | None = None,
     *,
     claude_projects: Path | None = None,
+    cells: CellsRecount | None = None,
 ) -> InputsRecount:
     """One walk of the cells (and their result.json), the receipts, and one SQL pass over the
     store (skipped when `opencode_db` is None); with `claude_projects`, the names of the
-    transcript files each proposer worktree could be joined to (no file is read)."""
-    cells = recount_cells(out_dir, workers)
+    transcript files each proposer worktree could be joined to (no file is read).
+
+    `cells`: the walk of the cells already made (`recount_cells` of `out_dir`), which this
+    recount then consumes: its cells are read back once."""
+    if cells is None:
+        cells = recount_cells(out_dir, workers)
     store = read_store(opencode_db, cells.worker_cwds) if opencode_db is not None else StoreReading(False)
     receipts = list(shot_receipts(out_dir))
     recount = InputsRecount(

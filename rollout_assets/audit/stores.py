@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import sqlite3
 import stat
 import struct
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from urllib.parse import quote
 
 from rollout_assets.audit.worker_cwds import WorkerCwds
 from rollout_assets.file_copy import CopyTargetError, copy_range
+from rollout_assets.owned_temp import OwnedFolder
 
 
 # How long the copy waits for a writer's lock, or for the files to stop changing, before the
@@ -48,6 +47,8 @@ _SHARED_SIZE = 510
 # closing this descriptor drops no lock an SQLite connection of this process holds.
 _SETLK = getattr(fcntl, "F_OFD_SETLK", fcntl.F_SETLK)
 _SIBLINGS = ("-wal", "-journal")
+# The audit's copies' folders in the temporary folder: `COPY_PREFIX` and a random suffix.
+COPY_PREFIX = "rollout-audit-store-"
 
 
 class _Busy(Exception):
@@ -80,8 +81,10 @@ class StoreCopy:
     """A private copy of the store in a temporary folder, removed when dropped (or at exit)."""
 
     def __init__(self, opencode_db: Path):
-        self.folder = tempfile.mkdtemp(prefix="rollout-audit-store-")
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
+        # Locked while in use: the next copy removes it if this process is killed (owned_temp.py).
+        owned = OwnedFolder(COPY_PREFIX)
+        self.folder = owned.path
+        self._cleanup = weakref.finalize(self, owned.remove)
         self.path = Path(self.folder) / "opencode.db"
         try:
             _copy_store(os.fsdecode(opencode_db), os.fsdecode(self.path))

@@ -28,6 +28,7 @@ from rollout_assets.backfill.stats import BackfillStats
 from rollout_assets.ledger import AtomicJsonlWriter, LedgerWriter
 from rollout_assets.ledger.io import segment_prefix
 from rollout_assets.sources.opencode import OpencodeStore, OpencodeStoreChanged
+from rollout_assets.sources.opencode_store import release_snapshot
 from rollout_assets.sources.round import CampaignEntry, CellRecord, RoundManifest, build_manifest
 
 # Cells per unit: small enough to balance two cores, large enough that a unit's start-up
@@ -120,6 +121,15 @@ class StorePerProcess:
         if self._owner == os.getpid() and self._store is not None:
             self._store.close()
         self._owner = self._store = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """The round is read: this process's connection closed and the snapshot `probe` took
+        removed (sources/opencode_store.release_snapshot)."""
+        self.close()
+        release_snapshot(self.path)
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -346,7 +356,6 @@ def backfill_to_file(
     """
     manifest = build_manifest(out_dir)
     context = line_context(manifest, captured_at)
-    stores = StorePerProcess.probe(opencode_db)
     units = round_units(manifest)
     total_cells = sum(len(entry.cells) for entry in manifest.entries)
     done = 0
@@ -357,8 +366,8 @@ def backfill_to_file(
             done += unit.stop - unit.start
             on_cells_done(done, total_cells)
 
-    producer = _RoundProducer(manifest, context, stores, claude_projects_dir)
-    with LedgerWriter(ledger_path) as writer:
+    with StorePerProcess.probe(opencode_db) as stores, LedgerWriter(ledger_path) as writer:
+        producer = _RoundProducer(manifest, context, stores, claude_projects_dir)
         stats = write_units(
             writer, units, producer, workers=workers or default_workers(), on_unit_done=unit_done
         )

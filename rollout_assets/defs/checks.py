@@ -7,7 +7,10 @@ is materialized.
 
 The checks of one run share two recounts: the round's inputs, walked once, and the ledger,
 read once; and the gap and usage checks one count of the worker lines' sessions' rows (see
-`_RunRecounts`).
+`_RunRecounts`). The warning on `campaign_cells` walks only the cells; the rest of the inputs
+recount, with the audit's own copy of the opencode store, is made by the first ledger check,
+after the worker stage has read the store and removed its snapshot: two copies of the store
+in the page cache at once made the second wait on the disk (docs/performance.md).
 """
 
 from pathlib import Path
@@ -22,6 +25,7 @@ from dagster import (
 )
 
 from rollout_assets import audit
+from rollout_assets.audit.cells import CellsRecount, recount_cells
 from rollout_assets.defs.constants import CAMPAIGN_CELLS, ROLLOUT_LEDGER, ROLLOUT_STATS
 from rollout_assets.defs.partitions import ROUNDS
 from rollout_assets.defs.resources import RoundLocations
@@ -41,6 +45,9 @@ class _RunRecounts:
     """
 
     def __init__(self) -> None:
+        # The walk of the cells made for the campaign_cells check, until the inputs recount
+        # of the same run and round takes it.
+        self._cells: tuple[Any, CellsRecount] | None = None
         self._inputs: tuple[Any, audit.InputsRecount] | None = None
         self._ledger: tuple[Any, audit.LedgerRecount] | None = None
         self._sessions: tuple[Any, audit.LineSessions] | None = None
@@ -51,11 +58,28 @@ class _RunRecounts:
         key = (context.run.run_id, str(out_dir), str(opencode_db), str(claude_projects))
         if self._inputs is None or self._inputs[0] != key:
             self._inputs = self._sessions = None  # nothing previous kept alive while the next is built
+            cells = self._cells[1] if self._cells is not None and self._cells[0] == key[:2] else None
+            self._cells = None  # consumed by this recount, or of another run
             return_freed_memory()  # of the steps before
             self._inputs = (
-                key, objects_frozen(lambda: audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects))
+                key,
+                objects_frozen(
+                    lambda: audit.recount_inputs(out_dir, opencode_db, claude_projects=claude_projects, cells=cells)
+                ),
             )
         return self._inputs[1]
+
+    def cells_without_worker_list(self, context: AssetCheckExecutionContext, out_dir: Path) -> list[str]:
+        """The cells whose workers ran but cannot be listed: from this run's inputs recount when
+        there is one, else from a walk of the cells that the inputs recount takes over later."""
+        key = (context.run.run_id, str(out_dir))
+        if self._inputs is not None and self._inputs[0][:2] == key:
+            return self._inputs[1].cells_without_worker_list
+        if self._cells is None or self._cells[0] != key:
+            self._cells = None
+            return_freed_memory()  # of the steps before
+            self._cells = (key, objects_frozen(lambda: recount_cells(out_dir, None)))
+        return self._cells[1].without_list
 
     def ledger(self, context: AssetCheckExecutionContext, ledger_path: Path) -> audit.LedgerRecount:
         key = (context.run.run_id, str(ledger_path), *file_identity(ledger_path))
@@ -203,7 +227,7 @@ def every_cell_lists_its_workers(
     """Warns about cells whose workers ran but cannot be listed: result.json missing or unreadable,
     or counting spawned workers without naming their cwds."""
     key = context.partition_key
-    cells = _inputs(context, locations).cells_without_worker_list
+    cells = _RECOUNTS.cells_without_worker_list(context, locations.round_dir(key))
     return AssetCheckResult(
         passed=not cells,
         severity=AssetCheckSeverity.WARN,

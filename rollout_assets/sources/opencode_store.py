@@ -34,24 +34,27 @@ import errno
 import fcntl
 import multiprocessing
 import os
-import shutil
 import sqlite3
 import stat
 import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
 from rollout_assets.errors import RoundError
 from rollout_assets.file_copy import CopyTargetError, copy_range
+from rollout_assets.owned_temp import LOCK_NAME, OwnedFolder
 
 # How long a locked store is waited for, in seconds (a float); read at every snapshot.
 WAIT_ENV = "ROLLOUT_ASSETS_OPENCODE_WAIT_S"
 DEFAULT_WAIT_S = 60.0
 _RETRY_S = 0.05
+
+# The snapshots' folders in the temporary folder: `SNAPSHOT_PREFIX` and a random suffix.
+SNAPSHOT_PREFIX = "rollout-assets-opencode-"
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_FORMAT = 2  # header bytes 18-19 (write and read format versions) of a WAL-mode database
@@ -93,6 +96,9 @@ class Snapshot:
     store: str
     path: Path
     creator: int
+    # The folder it is in, locked while in use: the next snapshot removes it if its maker was
+    # killed (rollout_assets/owned_temp.py).
+    folder: OwnedFolder = field(compare=False, repr=False)
 
 
 def wait_seconds() -> float:
@@ -159,7 +165,22 @@ def record_problem(problem: str | None) -> None:
 
 
 def _remove(snapshot: Snapshot) -> None:
-    shutil.rmtree(snapshot.path.parent, ignore_errors=True)
+    snapshot.folder.remove()
+
+
+def release_snapshot(store: str | os.PathLike[str]) -> None:
+    """Remove this process's snapshot of `store` once its round has been read (the join's
+    processes are done with it). Left until exit, it kept a file the size of the store in the
+    temporary folder for the rest of a Dagster run, with pages not yet written to disk that
+    the run's next large copy (the audit's copy of the store) then waited on
+    (docs/performance.md); removed, those pages are dropped unwritten. The next
+    `round_snapshot` takes a new one."""
+    key = os.path.abspath(store)
+    with _LOCK:
+        snapshot = _SNAPSHOTS.get(key)
+        if snapshot is not None and snapshot.creator == os.getpid():
+            _remove(snapshot)
+            del _SNAPSHOTS[key]
 
 
 @atexit.register
@@ -186,7 +207,8 @@ def take_snapshot(store: str | os.PathLike[str], *, wait_s: float | None = None)
     store = os.path.abspath(store)
     _header(store)  # a store that cannot be read at all is not waited for
     wait_s = wait_seconds() if wait_s is None else wait_s
-    folder = _private_folder(store)
+    owned = _private_folder(store)
+    folder = owned.path
     copy = Path(folder) / "opencode.db"
     deadline = time.monotonic() + wait_s
     try:
@@ -203,14 +225,14 @@ def take_snapshot(store: str | os.PathLike[str], *, wait_s: float | None = None)
                     ) from None
                 time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        owned.remove()
         raise
-    return Snapshot(store=store, path=copy, creator=os.getpid())
+    return Snapshot(store=store, path=copy, creator=os.getpid(), folder=owned)
 
 
-def _private_folder(store: str) -> str:
+def _private_folder(store: str) -> OwnedFolder:
     try:
-        return tempfile.mkdtemp(prefix="rollout-assets-opencode-")
+        return OwnedFolder(SNAPSHOT_PREFIX)
     except OSError as error:
         raise OpencodeStoreError(
             f"{store}: no temporary folder for a snapshot of the opencode store "
@@ -219,8 +241,10 @@ def _private_folder(store: str) -> str:
 
 
 def _clear(folder: str) -> None:
+    """Empty the snapshot's folder for another try (its lock stays)."""
     for name in os.listdir(folder):
-        os.unlink(os.path.join(folder, name))
+        if name != LOCK_NAME:
+            os.unlink(os.path.join(folder, name))
 
 
 def _header(store: str) -> bytes:

@@ -163,10 +163,9 @@ def write_worker_sessions(
 ) -> BackfillStats:
     """Worker lines of every cell, joined from the opencode store, in ledger order, on every core."""
     cells = identity_of(outputs.campaign_cells, "campaign_cells")
-    stores = StorePerProcess.probe(opencode_db)
     units = row_units(outputs.campaign_cells, CELLS_PER_UNIT)
-    producer = _WorkerSessionsProducer(outputs.campaign_cells, stores, _stored_context(outputs, captured_at))
-    with LedgerWriter(outputs.worker_sessions) as writer:
+    with StorePerProcess.probe(opencode_db) as stores, LedgerWriter(outputs.worker_sessions) as writer:
+        producer = _WorkerSessionsProducer(outputs.campaign_cells, stores, _stored_context(outputs, captured_at))
         tally = write_units(
             writer,
             units,
