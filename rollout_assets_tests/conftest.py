@@ -7,10 +7,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from rollout_assets.sources.opencode_store import SNAPSHOT_PREFIX
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -81,3 +83,20 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture
+def private_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own temporary folder, for this process (`tempfile`) and the children it
+    starts (`TMPDIR`): what the code under test leaves there is this test's alone."""
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def snapshot_folders(private_temp: Path) -> Callable[[], list[str]]:
+    """The names of the opencode store's snapshot folders in `private_temp`, as they are when called."""
+    return lambda: sorted(p.name for p in private_temp.iterdir() if p.name.startswith(SNAPSHOT_PREFIX))

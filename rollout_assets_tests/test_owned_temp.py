@@ -4,10 +4,8 @@ copy of the same kind, and only those: never a copy whose maker still runs, nor 
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ import pytest
 from rollout_assets.audit.stores import COPY_PREFIX, StoreCopy
 from rollout_assets.owned_temp import ABANDONED_AFTER_S, OwnedFolder, remove_abandoned
 from rollout_assets.sources.opencode_store import SNAPSHOT_PREFIX, take_snapshot
+from rollout_assets_tests.builders import write_opencode_db
 
 # A child that makes a copy of the store (argv[1]: "snapshot" or "audit"), prints its folder,
 # then is killed (argv[2]: "kill") or waits until its stdin closes ("hold").
@@ -43,23 +42,8 @@ MAKE_A_COPY = textwrap.dedent(
 
 
 @pytest.fixture
-def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's own temporary folder, for this process and the children it starts."""
-    folder = tmp_path / "temp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    monkeypatch.setenv("TMPDIR", str(folder))
-    return folder
-
-
-@pytest.fixture
 def store(tmp_path: Path) -> Path:
-    path = tmp_path / "opencode.db"
-    connection = sqlite3.connect(path)
-    connection.execute("CREATE TABLE session (id TEXT PRIMARY KEY, directory TEXT)")
-    connection.commit()
-    connection.close()
-    return path
+    return write_opencode_db(tmp_path / "opencode.db")
 
 
 @pytest.fixture
@@ -94,7 +78,7 @@ def aged(folder: Path) -> Path:
 
 @pytest.mark.parametrize("kind", ["snapshot", "audit"])
 def test_a_killed_process_s_copy_is_removed_by_the_next_one_and_a_live_one_is_kept(
-    kind: str, temp: Path, store: Path, holders: list[subprocess.Popen[str]]
+    kind: str, private_temp: Path, store: Path, holders: list[subprocess.Popen[str]]
 ) -> None:
     killed = aged(copy_in_a_child(kind, "kill", store, holders))
     held = aged(copy_in_a_child(kind, "hold", store, holders))
@@ -110,12 +94,12 @@ def test_a_killed_process_s_copy_is_removed_by_the_next_one_and_a_live_one_is_ke
     assert held.is_dir() and (held / "opencode.db").is_file()
     assert new_path.is_dir()
     prefix = SNAPSHOT_PREFIX if kind == "snapshot" else COPY_PREFIX
-    assert sorted(p.name for p in temp.iterdir()) == sorted([held.name, new_path.name])
+    assert sorted(p.name for p in private_temp.iterdir()) == sorted([held.name, new_path.name])
     assert all(name.startswith(prefix) for name in (held.name, new_path.name))
 
 
 def test_a_killed_process_s_copy_younger_than_a_minute_is_kept(
-    temp: Path, store: Path, holders: list[subprocess.Popen[str]]
+    private_temp: Path, store: Path, holders: list[subprocess.Popen[str]]
 ) -> None:
     # Its maker may be between creating it and locking it.
     killed = copy_in_a_child("snapshot", "kill", store, holders)
@@ -129,14 +113,14 @@ def test_a_killed_process_s_copy_younger_than_a_minute_is_kept(
     assert remove_abandoned(SNAPSHOT_PREFIX) == [str(killed)]
 
 
-def test_only_folders_of_the_kind_with_a_lock_file_are_removed(temp: Path) -> None:
+def test_only_folders_of_the_kind_with_a_lock_file_are_removed(private_temp: Path) -> None:
     mine = OwnedFolder("rollout-something-else-")
     other_kind = aged(Path(mine.path))
-    no_lock = temp / f"{SNAPSHOT_PREFIX}made-by-hand"
+    no_lock = private_temp / f"{SNAPSHOT_PREFIX}made-by-hand"
     no_lock.mkdir()
     (no_lock / "opencode.db").write_bytes(b"kept")
     aged(no_lock)
-    a_file = temp / f"{SNAPSHOT_PREFIX}a-file"
+    a_file = private_temp / f"{SNAPSHOT_PREFIX}a-file"
     a_file.write_bytes(b"kept")
 
     assert remove_abandoned(SNAPSHOT_PREFIX) == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -503,23 +503,17 @@ def test_a_spilled_list_reads_back_what_was_appended_and_refuses_what_it_cannot_
 
 
 def test_worker_stage_removes_its_snapshot_of_the_store_once_its_lines_are_written(
-    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    demo: DemoLayout, tmp_path: Path, snapshot_folders: Callable[[], list[str]]
 ) -> None:
     # So the run's later copies and writes do not wait on the disk for its pages (docs/performance.md).
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     out_dir, outputs = demo.rounds_root / ROUND, RoundOutputs(tmp_path / "stages-run")
     write_manifest(out_dir, outputs)
     write_campaign_cells(out_dir, outputs, CAPTURED_AT, workers=2)
 
-    def snapshots() -> list[str]:
-        return sorted(p.name for p in temp.iterdir() if p.name.startswith("rollout-assets-opencode-"))
-
     while_reading: list[list[str]] = []
     write_worker_sessions(
-        outputs, demo.opencode_db, CAPTURED_AT, lambda message: while_reading.append(snapshots()), workers=2
+        outputs, demo.opencode_db, CAPTURED_AT, lambda message: while_reading.append(snapshot_folders()), workers=2
     )
 
     assert while_reading and all(len(folders) == 1 for folders in while_reading)
-    assert snapshots() == []
+    assert snapshot_folders() == []

@@ -15,11 +15,10 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -641,17 +640,10 @@ def test_an_audit_copy_that_cannot_be_created_names_the_copy_not_the_store(demo:
 
 
 def test_the_round_s_snapshot_is_removed_as_soon_as_the_round_is_read(
-    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    demo: DemoLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot_folders: Callable[[], list[str]]
 ) -> None:
     # Its pages not yet on disk are then dropped instead of being written (docs/performance.md).
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     monkeypatch.setattr(parallel, "CELLS_PER_UNIT", 1)  # one progress call per cell
-
-    def snapshots() -> list[str]:
-        return sorted(p.name for p in temp.iterdir() if p.name.startswith("rollout-assets-opencode-"))
-
     while_reading: list[list[str]] = []
     backfill_to_file(
         demo.rounds[0],
@@ -660,8 +652,8 @@ def test_the_round_s_snapshot_is_removed_as_soon_as_the_round_is_read(
         claude_projects_dir=demo.claude_projects_dir,
         captured_at=CAPTURED_AT,
         workers=2,
-        on_cells_done=lambda done, total: while_reading.append(snapshots()),
+        on_cells_done=lambda done, total: while_reading.append(snapshot_folders()),
     )
 
     assert while_reading and all(len(folders) == 1 for folders in while_reading)
-    assert snapshots() == []
+    assert snapshot_folders() == []

@@ -187,10 +187,8 @@ def release_snapshot(store: str | os.PathLike[str]) -> None:
 def remove_snapshots() -> None:
     """Remove the snapshots this process took: at exit (forked workers leave through os._exit
     and never get here), or before a process gives up the user that took them."""
-    for key, snapshot in list(_SNAPSHOTS.items()):
-        if snapshot.creator == os.getpid():
-            _remove(snapshot)
-            del _SNAPSHOTS[key]
+    for key in list(_SNAPSHOTS):
+        release_snapshot(key)
 
 
 # ---------------------------------------------------------------------------
